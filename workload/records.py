@@ -1,0 +1,123 @@
+"""Plain records of what happened: one per request attempt, one per session.
+
+These are the only objects that cross from the client to the stats, the
+artifacts and the Locust layer. They serialise to one JSON line each; the
+schema is documented in README.md ("Artifact schema") and other teams script
+against it, so fields are only ever added, never renamed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Error kinds: a closed vocabulary so dashboards and verdicts can group on it.
+ERROR_KINDS = (
+    "connect",  # could not connect / DNS / refused
+    "timeout",  # whole-request timeout
+    "http_status",  # non-2xx answer (http_status and error_detail carry it)
+    "stream_reset",  # connection dropped mid-stream
+    "malformed_chunk",  # a data line that is not valid JSON / not a chunk
+    "stall",  # no bytes for longer than the stall timeout
+    "missing_done",  # stream ended without data: [DONE]
+    "cancelled",  # the Locust user was stopped mid-request
+    "bad_response",  # non-streamed body not parseable as a completion
+    "tool_loop",  # the step failed the tool loop (missing/malformed/unknown tool call)
+)
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+STATUS_CANCELLED = "cancelled"
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One assembled tool call from the model's reply."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+    arguments_valid: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request attempt, measured. Times are milliseconds unless named _s."""
+
+    run_id: str = ""
+    target: str = ""
+    worker: str = "0"
+    user_class: str = ""
+    session_id: str = ""
+    step: int = 0
+    attempt: int = 0
+    request_id: str = ""
+    response_id: str | None = None
+    endpoint: str = "chat"  # chat | completions
+    stream: bool = True
+    model: str | None = None
+    t_start: float = 0.0  # unix seconds, stamped just before the first byte is sent
+    status: str = STATUS_OK
+    error_kind: str | None = None
+    error_detail: str | None = None
+    http_status: int | None = None
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    # ITL summary over gaps between content-bearing chunks: mean, p50, p99, max
+    itl_ms: dict[str, float] | None = None
+    tpot_ms: float | None = None
+    chunks: int = 0  # content-bearing chunks received
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    system_fingerprint: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    server_metrics: dict[str, Any] | None = None  # vLLM per-request `metrics` object, raw
+    spec_decode: dict[str, Any] | None = None  # metrics.speculative_decoding, raw
+    # Not written to requests.jsonl: in-memory only, for stats and actual history.
+    itl_gaps_ms: list[float] = field(default_factory=list, repr=False)
+    text: str = field(default="", repr=False)
+
+    JSON_EXCLUDE = ("itl_gaps_ms", "text")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK
+
+    def to_json(self) -> dict[str, Any]:
+        """The requests.jsonl row."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in self.JSON_EXCLUDE}
+        return d
+
+
+SESSION_OUTCOMES = ("completed", "failed", "tool_loop_failure", "cancelled")
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """One agent session (a task): its steps and how it ended."""
+
+    run_id: str = ""
+    worker: str = "0"
+    user_class: str = ""
+    session_id: str = ""
+    t_start: float = 0.0
+    steps_planned: int = 0
+    steps_done: int = 0
+    outcome: str = "completed"
+    reason: str | None = None
+    duration_ms: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    requests: int = 0
+    errors: int = 0
+    tool_calls: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
