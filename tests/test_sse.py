@@ -1,0 +1,117 @@
+"""SSE parser: line ends, fields, comments, and arbitrary read splits."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workload.sse import SSEEvent, SSEParser
+
+
+def parse(*chunks: bytes) -> list[SSEEvent]:
+    p = SSEParser()
+    out: list[SSEEvent] = []
+    for c in chunks:
+        out.extend(p.feed(c))
+    out.extend(p.close())
+    return out
+
+
+def test_vllm_style_stream():
+    raw = b'data: {"a":1}\n\ndata: {"b":2}\n\ndata: [DONE]\n\n'
+    assert [e.data for e in parse(raw)] == ['{"a":1}', '{"b":2}', "[DONE]"]
+
+
+def test_events_complete_as_soon_as_blank_line_arrives():
+    p = SSEParser()
+    assert p.feed(b"data: x\n") == []
+    assert [e.data for e in p.feed(b"\n")] == ["x"]
+
+
+def test_crlf_cr_and_lf_line_ends():
+    for nl in (b"\r\n", b"\r", b"\n"):
+        raw = b"data: one" + nl + nl + b"data: two" + nl + nl
+        assert [e.data for e in parse(raw)] == ["one", "two"], nl
+
+
+def test_crlf_split_between_cr_and_lf_is_one_line_end():
+    p = SSEParser()
+    assert p.feed(b"data: a\r") == []
+    assert p.feed(b"\n") == []  # the LF of the CRLF, not a blank line
+    assert [e.data for e in p.feed(b"\r\n")] == ["a"]
+
+
+def test_comments_and_keepalives_ignored():
+    raw = b": keep-alive\n\n:ping\ndata: x\n: mid\n\n"
+    assert [e.data for e in parse(raw)] == ["x"]
+
+
+def test_multiline_data_joined_with_newline():
+    raw = b"data: line1\ndata:line2\ndata\ndata:  spaced\n\n"
+    assert [e.data for e in parse(raw)] == ["line1\nline2\n\n spaced"]
+
+
+def test_event_id_retry_fields():
+    raw = b"event: delta\nid: 7\nretry: 150\ndata: x\n\ndata: y\n\n"
+    a, b = parse(raw)
+    assert (a.event, a.id, a.retry, a.data) == ("delta", "7", 150, "x")
+    # event type resets per event; last id persists (spec)
+    assert (b.event, b.id, b.data) == ("message", "7", "y")
+
+
+def test_blank_lines_without_data_dispatch_nothing():
+    assert parse(b"\n\n\nevent: x\n\n") == []
+
+
+def test_trailing_event_without_blank_line_flushed_at_close():
+    assert [e.data for e in parse(b"data: a\n\ndata: last")] == ["a", "last"]
+    assert [e.data for e in parse(b"data: a\n\ndata: last\n")] == ["a", "last"]
+
+
+def test_utf8_split_inside_multibyte_character():
+    raw = "data: héllo ✓ 😀\n\n".encode()
+    cut = raw.index("😀".encode()) + 2
+    assert [e.data for e in parse(raw[:cut], raw[cut:])] == ["héllo ✓ 😀"]
+
+
+def test_invalid_utf8_replaced_not_raised():
+    assert parse(b"data: \xff\xfe\n\n")[0].data == "\ufffd\ufffd"
+
+
+# ---- property: any split of a valid stream parses like the unsplit stream ----
+
+_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\0"),
+    max_size=30,
+)
+_nl = st.sampled_from([b"\n", b"\r\n", b"\r"])
+
+
+@st.composite
+def streams(draw) -> bytes:
+    out = []
+    for _ in range(draw(st.integers(0, 6))):
+        nl = draw(_nl)
+        if draw(st.booleans()):
+            out.append(b":" + draw(_text).encode() + nl)
+        if draw(st.booleans()):
+            out.append(b"event: " + draw(_text).encode() + nl)
+        if draw(st.booleans()):
+            out.append(b"id: " + draw(_text).encode() + nl)
+        for line in draw(st.lists(_text, min_size=1, max_size=3)):
+            out.append(b"data: " + line.encode() + nl)
+        out.append(nl)
+    if draw(st.booleans()):  # an unterminated trailing event
+        out.append(b"data: " + draw(_text).encode())
+    return b"".join(out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_arbitrary_splits_parse_identically(data):
+    raw = data.draw(streams())
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=12)))
+    pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=False)]
+    assert parse(*pieces) == parse(raw)
+    # byte-at-a-time is the extreme split
+    assert parse(*[raw[i : i + 1] for i in range(len(raw))]) == parse(raw)
