@@ -1,0 +1,734 @@
+"""Client: measurement, parsing and error kinds over a fake transport with a fake clock,
+plus a few exchanges with a real HTTP server on 127.0.0.1 that streams with known delays."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+import orjson
+import pytest
+from gevent import GreenletExit
+
+from workload.client import (
+    Client,
+    PreparedRequest,
+    TransportError,
+    ensure_stream_options,
+    request_id_for,
+)
+
+MS = 1_000_000  # ns
+
+
+# ---------------------------------------------------------------- fakes and builders
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 5_000 * MS
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: float) -> None:
+        self.now += int(ms * MS)
+
+
+class FakeResponse:
+    """Each read returns the next scripted item after advancing the clock by its delay."""
+
+    def __init__(self, clock: FakeClock, status: int, reads: list, headers=None) -> None:
+        self.clock = clock
+        self.status = status
+        self.headers = headers or {"content-type": "text/event-stream"}
+        self.reads = list(reads)
+        self.closed = False
+
+    def readline(self) -> bytes:
+        if not self.reads:
+            return b""
+        delay_ms, item = self.reads.pop(0)
+        self.clock.advance(delay_ms)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def read(self) -> bytes:
+        out = b""
+        while self.reads:
+            out += self.readline()
+        return out
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeTransport:
+    def __init__(self, clock: FakeClock, response=None, error=None, header_ms: float = 0):
+        self.clock = clock
+        self.response = response
+        self.error = error
+        self.header_ms = header_ms
+        self.sent: list[dict] = []
+
+    def post(self, path, headers, body, *, read_timeout_s, on_send):
+        if self.error is not None and self.error.kind == "connect":
+            raise self.error
+        on_send()
+        self.sent.append(dict(path=path, headers=dict(headers), body=body, read=read_timeout_s))
+        self.clock.advance(self.header_ms)
+        if self.error is not None:
+            raise self.error
+        return self.response
+
+    def close(self) -> None:
+        pass
+
+
+def sse(obj) -> bytes:
+    data = obj if isinstance(obj, (bytes, str)) else orjson.dumps(obj)
+    data = data.encode() if isinstance(data, str) else data
+    return b"data: " + data + b"\n\n"
+
+
+def chunk(delta=None, *, text=None, finish=None, **top) -> dict:
+    choice: dict = {"index": 0, "finish_reason": finish}
+    if text is not None:
+        choice["text"] = text
+    else:
+        choice["delta"] = delta or {}
+    return {"id": "chatcmpl-x", "model": "m", "choices": [choice], **top}
+
+
+USAGE = {
+    "prompt_tokens": 100,
+    "completion_tokens": 3,
+    "total_tokens": 103,
+    "prompt_tokens_details": {"cached_tokens": 64},
+}
+SPEC = {
+    "mean_acceptance_length": 2.5,
+    "draft_acceptance_rate": 0.75,
+    "acceptance_histogram": [1, 2, 3, 4],
+    "num_spec_steps": 10,
+    "num_accepted_draft_tokens": 15,
+    "num_draft_tokens": 20,
+    "num_spec_tokens": 3,
+}
+METRICS = {"queued_ms": 1.5, "prefill_ms": 20.0, "speculative_decoding": SPEC}
+
+
+def final_chunk(**over) -> dict:
+    return {
+        "id": "chatcmpl-x",
+        "model": "m",
+        "choices": [],
+        "usage": USAGE,
+        "metrics": METRICS,
+        "system_fingerprint": "fp-1",
+        **over,
+    }
+
+
+def request(**over) -> PreparedRequest:
+    kw = dict(
+        path="/v1/chat/completions",
+        body=b'{"stream":true}',
+        stream=True,
+        endpoint="chat",
+        request_id="rid-1",
+        timeout_s=30.0,
+        stall_timeout_s=5.0,
+        user_class="coder",
+        session_id="s1",
+        step=2,
+        attempt=0,
+    )
+    kw.update(over)
+    return PreparedRequest(**kw)
+
+
+def run(reads, *, status=200, req=None, header_ms=0.0, error=None, **client_kw):
+    clock = FakeClock()
+    resp = FakeResponse(clock, status, reads)
+    tr = FakeTransport(clock, resp, error=error, header_ms=header_ms)
+    client = Client(
+        "http://fake:1/", transport=tr, clock=clock, wall=lambda: 1700000000.1234567, **client_kw
+    )
+    rec = client.exchange(req or request())
+    return rec, tr, resp
+
+
+ROLE = chunk({"role": "assistant", "content": ""})
+HAPPY = [
+    (5, sse(ROLE)),
+    (200, sse(chunk({"content": "Hel"}))),
+    (10, sse(chunk({"content": "lo"}))),
+    (30, sse(chunk({"content": "!"}, finish="stop"))),
+    (1, sse(final_chunk())),
+    (2, sse("[DONE]")),
+]
+
+
+# ---------------------------------------------------------------- measurement
+
+
+def test_role_only_chunk_does_not_count_for_ttft():
+    rec, tr, resp = run(HAPPY, header_ms=3)
+    assert rec.status == "ok", rec.error_detail
+    assert rec.ttft_ms == 208.0  # 3 headers + 5 role + 200: the content chunk, not the role one
+    assert rec.itl_gaps_ms == [10.0, 30.0]
+    assert rec.itl_ms == {"mean": 20.0, "p50": 20.0, "p99": 29.8, "max": 30.0}
+    assert rec.e2e_ms == 251.0  # at [DONE]
+    assert rec.tpot_ms == round((251.0 - 208.0) / 2, 3)
+    assert rec.chunks == 3
+    assert rec.text == "Hello!"
+    assert rec.finish_reason == "stop"
+    assert resp.closed
+
+
+def test_record_fields_from_final_usage_chunk():
+    rec, _, _ = run(HAPPY)
+    assert (rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens) == (100, 3, 64)
+    assert rec.server_metrics == METRICS
+    assert rec.spec_decode == SPEC
+    assert rec.system_fingerprint == "fp-1"
+    assert rec.response_id == "chatcmpl-x"
+    assert rec.model == "m"
+    assert rec.t_start == 1700000000.123457
+    assert (rec.user_class, rec.session_id, rec.step, rec.request_id) == ("coder", "s1", 2, "rid-1")
+    row = rec.to_json()
+    assert "text" not in row and "itl_gaps_ms" not in row
+    orjson.dumps(row)
+
+
+def test_usage_without_cache_details_or_metrics_is_none():
+    reads = [
+        (1, sse(chunk({"content": "a"}))),
+        (1, sse(final_chunk(usage={"prompt_tokens": 5, "completion_tokens": 1}, metrics=None))),
+        (1, sse("[DONE]")),
+    ]
+    rec, _, _ = run(reads)
+    assert rec.ok
+    assert (rec.prompt_tokens, rec.cached_tokens, rec.server_metrics, rec.spec_decode) == (
+        5,
+        None,
+        None,
+        None,
+    )
+    assert rec.tpot_ms is None  # one token: TPOT undefined
+
+
+@pytest.mark.parametrize(
+    "delta",
+    [
+        {"reasoning_content": "hmm"},
+        {"reasoning": "hmm"},
+        {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": ""}}]},
+    ],
+)
+def test_reasoning_and_tool_call_deltas_count_for_ttft(delta):
+    rec, _, _ = run([(1, sse(ROLE)), (40, sse(chunk(delta))), (1, sse("[DONE]"))])
+    assert rec.ttft_ms == 41.0
+
+
+def test_completions_endpoint_text():
+    reads = [
+        (7, sse(chunk(text=""))),
+        (20, sse(chunk(text="abc"))),
+        (5, sse(chunk(text="d", finish="length"))),
+        (1, sse(final_chunk())),
+        (1, sse("[DONE]")),
+    ]
+    rec, _, _ = run(reads, req=request(endpoint="completions", path="/v1/completions"))
+    assert rec.ok and rec.ttft_ms == 27.0 and rec.text == "abcd" and rec.finish_reason == "length"
+
+
+def test_event_split_across_reads_is_stamped_when_complete():
+    line = sse(chunk({"content": "x"}))
+    reads = [(10, line[:7]), (15, line[7:-1]), (4, line[-1:]), (1, sse("[DONE]"))]
+    rec, _, _ = run(reads)
+    assert rec.ok and rec.ttft_ms == 29.0
+
+
+def test_tool_call_deltas_assembled_by_index():
+    def tc(i, id=None, name=None, args=None):
+        fn = {k: v for k, v in (("name", name), ("arguments", args)) if v is not None}
+        d = {"index": i, "type": "function", "function": fn}
+        if id:
+            d["id"] = id
+        return chunk({"tool_calls": [d]})
+
+    reads = [
+        (1, sse(ROLE)),
+        (1, sse(tc(0, "call_a", "read_file", ""))),
+        (1, sse(tc(0, args='{"path": '))),
+        (1, sse(tc(1, "call_b", "grep", '{"q"'))),
+        (1, sse(tc(0, args='"a.py"}'))),
+        (1, sse(tc(1, args=": 1"))),  # never closed: invalid
+        (1, sse(chunk({}, finish="tool_calls"))),
+        (1, sse("[DONE]")),
+    ]
+    rec, _, _ = run(reads)
+    assert rec.ok
+    assert rec.finish_reason == "tool_calls"
+    assert rec.tool_calls == [
+        {
+            "index": 0,
+            "id": "call_a",
+            "name": "read_file",
+            "arguments": '{"path": "a.py"}',
+            "arguments_valid": True,
+        },
+        {
+            "index": 1,
+            "id": "call_b",
+            "name": "grep",
+            "arguments": '{"q": 1',
+            "arguments_valid": False,
+        },
+    ]
+
+
+def test_tool_arguments_that_are_json_but_not_an_object_are_invalid():
+    d = {"index": 0, "id": "c", "function": {"name": "f", "arguments": "[1, 2]"}}
+    rec, _, _ = run([(1, sse(chunk({"tool_calls": [d]}))), (1, sse("[DONE]"))])
+    assert rec.tool_calls[0]["arguments_valid"] is False
+
+
+def test_non_stream_body():
+    body = {
+        "id": "chatcmpl-y",
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "ok",
+                    "tool_calls": [
+                        {
+                            "id": "c9",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": '{"a": 1}'},
+                        }
+                    ],
+                },
+            }
+        ],
+        "usage": USAGE,
+        "metrics": METRICS,
+    }
+    req = request(stream=False, body=b"{}")
+    rec, tr, _ = run(
+        [(120, orjson.dumps(body))],
+        req=req,
+    )
+    assert rec.ok, rec.error_detail
+    assert rec.ttft_ms is None and rec.e2e_ms == 120.0 and rec.itl_ms is None
+    assert rec.text == "ok" and rec.response_id == "chatcmpl-y"
+    assert rec.tool_calls == [
+        {"index": 0, "id": "c9", "name": "f", "arguments": '{"a": 1}', "arguments_valid": True}
+    ]
+    assert rec.spec_decode == SPEC and rec.cached_tokens == 64
+    assert tr.sent[0]["headers"]["Accept"] == "application/json"
+    assert tr.sent[0]["read"] > req.timeout_s  # no stall timeout on silent non-stream replies
+
+
+def test_headers_and_exact_body():
+    req = request(body=b'{"exact": "bytes"}', request_id="abc123")
+    _, tr, _ = run(HAPPY, req=req, api_key="sk-test")
+    sent = tr.sent[0]
+    assert sent["path"] == "/v1/chat/completions"
+    assert sent["body"] == b'{"exact": "bytes"}'
+    assert sent["headers"]["X-Request-Id"] == "abc123"
+    assert sent["headers"]["Authorization"] == "Bearer sk-test"
+    assert sent["headers"]["Accept"] == "text/event-stream"
+    assert sent["read"] == req.stall_timeout_s
+
+
+def test_no_authorization_without_key():
+    _, tr, _ = run(HAPPY)
+    assert "Authorization" not in tr.sent[0]["headers"]
+
+
+def test_request_id_for_is_deterministic_and_unique_per_attempt():
+    a = request_id_for(7, "s1", 3, 0)
+    assert a == request_id_for(7, "s1", 3, 0)
+    assert len(a) == 24 and int(a, 16) >= 0
+    others = {
+        request_id_for(7, "s1", 3, 1),
+        request_id_for(8, "s1", 3, 0),
+        request_id_for(7, "s2", 3, 0),
+        request_id_for(7, "s1", 4, 0),
+        request_id_for(7, "s1", 3, 0, run_tag="b"),
+    }
+    assert a not in others and len(others) == 5
+
+
+def test_ensure_stream_options():
+    assert ensure_stream_options({"stream": True}) == {
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    b = {"stream": True, "stream_options": {"continuous_usage_stats": False}}
+    assert ensure_stream_options(b)["stream_options"] == {
+        "continuous_usage_stats": False,
+        "include_usage": True,
+    }
+    assert ensure_stream_options({"stream": False}) == {"stream": False}
+
+
+# ---------------------------------------------------------------- error kinds
+
+
+def test_connect_error():
+    rec, _, _ = run([], error=TransportError("connect", "refused"))
+    assert (rec.status, rec.error_kind) == ("error", "connect")
+    assert rec.e2e_ms is None and rec.t_start == 0.0
+
+
+def test_http_status_with_bounded_excerpt():
+    rec, _, _ = run([(3, b'{"error": "' + b"x" * 2000 + b'"}')], status=400)
+    assert (rec.status, rec.error_kind, rec.http_status) == ("error", "http_status", 400)
+    assert rec.error_detail.startswith("HTTP 400: {")
+    assert len(rec.error_detail) <= 500 + len("HTTP 400: ")
+
+
+def test_stream_reset_keeps_what_was_measured():
+    reads = [
+        (1, sse(ROLE)),
+        (50, sse(chunk({"content": "a"}))),
+        (5, TransportError("stream_reset", "connection lost mid-body")),
+    ]
+    rec, _, resp = run(reads)
+    assert (rec.status, rec.error_kind) == ("error", "stream_reset")
+    assert rec.ttft_ms == 51.0 and rec.e2e_ms == 56.0 and rec.text == "a"
+    assert resp.closed
+
+
+def test_stall():
+    reads = [(1, sse(ROLE)), (5000, TransportError("stall", "no bytes"))]
+    rec, _, _ = run(reads)
+    assert (rec.status, rec.error_kind) == ("error", "stall")
+    assert rec.ttft_ms is None
+
+
+def test_malformed_chunk_is_an_error_but_the_stream_is_read_to_the_end():
+    reads = [
+        (1, sse(chunk({"content": "a"}))),
+        (1, b"data: {not json\n\n"),
+        (1, sse(chunk({"content": "b"}))),
+        (1, sse(final_chunk())),
+        (1, sse("[DONE]")),
+    ]
+    rec, _, _ = run(reads)
+    assert (rec.status, rec.error_kind) == ("error", "malformed_chunk")
+    assert "not JSON" in rec.error_detail
+    assert rec.text == "ab" and rec.completion_tokens == 3 and rec.spec_decode == SPEC
+    assert rec.e2e_ms == 5.0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b"data: [1, 2]\n\n", b'data: {"choices": 5}\n\n', b'data: {"choices": [{"delta": "x"}]}\n\n'],
+)
+def test_wrong_shapes_are_malformed(bad):
+    rec, _, _ = run([(1, bad), (1, sse("[DONE]"))])
+    assert rec.error_kind == "malformed_chunk"
+
+
+def test_reset_after_malformed_reports_reset_and_keeps_both():
+    reads = [(1, b"data: nope\n\n"), (1, TransportError("stream_reset", "gone"))]
+    rec, _, _ = run(reads)
+    assert rec.error_kind == "stream_reset"
+    assert "malformed_chunk" in rec.error_detail
+
+
+def test_missing_done():
+    rec, _, _ = run([(1, sse(chunk({"content": "a"}))), (1, sse(final_chunk()))])
+    assert (rec.status, rec.error_kind) == ("error", "missing_done")
+    assert rec.ttft_ms == 1.0 and rec.completion_tokens == 3
+
+
+def test_empty_200_stream_is_missing_done():
+    rec, _, _ = run([])
+    assert rec.error_kind == "missing_done"
+
+
+def test_stream_that_is_not_sse_is_bad_response():
+    rec, _, _ = run(
+        [(1, b"<html>\n"), (1, b"<body>oops</body>\n")],
+    )
+    assert rec.error_kind == "bad_response" and "<html>" in rec.error_detail
+
+
+def test_error_event_mid_stream_is_bad_response():
+    rec, _, _ = run(
+        [
+            (1, sse(chunk({"content": "a"}))),
+            (1, sse({"error": {"message": "engine died", "code": 500}})),
+            (1, sse("[DONE]")),
+        ]
+    )
+    assert rec.error_kind == "bad_response" and "engine died" in rec.error_detail
+
+
+def test_cancelled():
+    rec, _, resp = run([(1, sse(chunk({"content": "a"}))), (10, GreenletExit())])
+    assert (rec.status, rec.error_kind) == ("cancelled", "cancelled")
+    assert rec.ttft_ms == 1.0 and resp.closed
+
+
+def test_timeout_by_deadline_on_the_fake_clock():
+    reads = [(1, sse(chunk({"content": "a"})))] + [(400, b": keep-alive\n")] * 100
+    rec, _, _ = run(reads, req=request(timeout_s=2.0))
+    assert (rec.status, rec.error_kind) == ("error", "timeout")
+    assert rec.e2e_ms == 2001.0
+
+
+@pytest.mark.parametrize("body", [b"<html>no</html>", b'{"object": "list"}', b"[]"])
+def test_non_stream_bad_response(body):
+    rec, _, _ = run([(1, body)], req=request(stream=False))
+    assert (rec.status, rec.error_kind) == ("error", "bad_response")
+
+
+def test_unexpected_transport_exception_becomes_data():
+    rec, _, _ = run([(1, RuntimeError("boom"))])
+    assert rec.status == "error" and "boom" in rec.error_detail
+
+
+# ---------------------------------------------------------------- real loopback server
+
+
+class LoopbackServer:
+    """Raw-socket HTTP/1.1 server in a thread; `handler(conn, request_bytes)` scripts a reply."""
+
+    def __init__(self, handler: Callable[[socket.socket, bytes], bool]) -> None:
+        self.handler = handler
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.05)
+        self.port = self.sock.getsockname()[1]
+        self.accepts = 0
+        self.requests: list[bytes] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepts += 1
+            threading.Thread(target=self._conn, args=(conn,), daemon=True).start()
+
+    def _conn(self, conn: socket.socket) -> None:
+        conn.settimeout(5)
+        buf = b""
+        try:
+            for _ in range(100):  # requests per connection
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    k, _, v = line.partition(b":")
+                    if k.strip().lower() == b"content-length":
+                        length = int(v)
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                self.requests.append(head + b"\r\n\r\n" + buf[:length])
+                buf = buf[length:]
+                if not self.handler(conn, head):
+                    return
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(2)
+        self.sock.close()
+
+
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+
+def send_chunk(conn: socket.socket, data: bytes) -> None:
+    conn.sendall(b"%x\r\n%s\r\n" % (len(data), data))
+
+
+def streaming(content_delay_s: float, *, done=True, then: str = "end"):
+    def handler(conn, head):
+        conn.sendall(SSE_HEAD)
+        send_chunk(conn, sse(ROLE))
+        time.sleep(content_delay_s)
+        send_chunk(conn, sse(chunk({"content": "hi"})))
+        if then == "stall":
+            time.sleep(1.0)
+            return False
+        if then == "fin":
+            return False
+        if then == "rst":
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return False
+        time.sleep(0.01)
+        send_chunk(conn, sse(chunk({"content": " there"}, finish="stop")))
+        send_chunk(conn, sse(final_chunk()))
+        if done:
+            send_chunk(conn, sse("[DONE]"))
+        conn.sendall(b"0\r\n\r\n")
+        return True
+
+    return handler
+
+
+@pytest.fixture
+def server_factory():
+    servers: list[LoopbackServer] = []
+
+    def make(handler) -> LoopbackServer:
+        s = LoopbackServer(handler)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def real_request(**over) -> PreparedRequest:
+    return request(**{"timeout_s": 10.0, "stall_timeout_s": 5.0, **over})
+
+
+def test_real_stream_ttft_is_the_content_delay_and_connection_is_reused(server_factory):
+    srv = server_factory(streaming(0.2))
+    client = Client(srv.url, api_key="k")
+    try:
+        recs = [client.exchange(real_request(request_id=f"r{i}")) for i in range(2)]
+    finally:
+        client.close()
+    for rec in recs:
+        assert rec.status == "ok", rec.error_detail
+        assert rec.ttft_ms >= 200.0
+        assert rec.e2e_ms >= rec.ttft_ms + 10.0
+        assert rec.text == "hi there" and rec.spec_decode == SPEC
+        assert abs(rec.t_start - time.time()) < 60
+    assert srv.accepts == 1  # keep-alive
+    assert b"X-Request-Id: r1" in srv.requests[1]
+    assert b"Authorization: Bearer k" in srv.requests[0]
+    assert srv.requests[0].endswith(b'{"stream":true}')
+
+
+def test_real_non_stream(server_factory):
+    body = orjson.dumps(
+        {
+            "id": "x",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "yo"}}],
+            "usage": USAGE,
+        }
+    )
+
+    def handler(conn, head):
+        time.sleep(0.05)
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        return True
+
+    srv = server_factory(handler)
+    client = Client(srv.url)
+    rec = client.exchange(real_request(stream=False))
+    client.close()
+    assert rec.ok and rec.text == "yo" and rec.e2e_ms >= 50.0 and rec.ttft_ms is None
+
+
+def test_real_connect_error_on_closed_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    client = Client(f"http://127.0.0.1:{port}", connect_timeout_s=2)
+    rec = client.exchange(real_request())
+    assert (rec.status, rec.error_kind) == ("error", "connect")
+
+
+def test_real_stall(server_factory):
+    srv = server_factory(streaming(0.0, then="stall"))
+    client = Client(srv.url)
+    rec = client.exchange(real_request(stall_timeout_s=0.3))
+    client.close()
+    assert (rec.status, rec.error_kind) == ("error", "stall"), rec.error_detail
+    assert rec.ttft_ms is not None and rec.e2e_ms >= 300.0
+
+
+def test_real_timeout(server_factory):
+    srv = server_factory(streaming(0.8))
+    client = Client(srv.url)
+    rec = client.exchange(real_request(timeout_s=0.3, stall_timeout_s=5))
+    client.close()
+    assert (rec.status, rec.error_kind) == ("error", "timeout"), rec.error_detail
+    assert rec.e2e_ms >= 300.0
+
+
+@pytest.mark.parametrize("how", ["fin", "rst"])
+def test_real_stream_reset(server_factory, how):
+    srv = server_factory(streaming(0.0, then=how))
+    client = Client(srv.url)
+    rec = client.exchange(real_request())
+    client.close()
+    assert (rec.status, rec.error_kind) == ("error", "stream_reset"), rec.error_detail
+    assert rec.text == "hi"
+
+
+def test_real_missing_done(server_factory):
+    srv = server_factory(streaming(0.0, done=False))
+    client = Client(srv.url)
+    rec = client.exchange(real_request())
+    client.close()
+    assert (rec.status, rec.error_kind) == ("error", "missing_done"), rec.error_detail
+
+
+def test_real_http_status(server_factory):
+    def handler(conn, head):
+        body = b'{"object":"error","message":"model not found"}'
+        conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        return True
+
+    srv = server_factory(handler)
+    client = Client(srv.url)
+    rec = client.exchange(real_request())
+    client.close()
+    assert (rec.error_kind, rec.http_status) == ("http_status", 404)
+    assert "model not found" in rec.error_detail
+
+
+def test_real_server_closing_idle_keepalive_is_not_an_error(server_factory):
+    srv = server_factory(lambda conn, head: streaming(0.0)(conn, head) and False)
+    client = Client(srv.url)
+    first = client.exchange(real_request())
+    time.sleep(0.05)
+    second = client.exchange(real_request())
+    client.close()
+    assert first.ok and second.ok, (first.error_detail, second.error_detail)

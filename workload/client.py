@@ -1,0 +1,663 @@
+"""One measured HTTP exchange with an OpenAI-compatible server -> RequestRecord.
+
+Timing (see ../shared/DESIGN.md "Definitions"):
+
+* ``t_start`` (wall, unix seconds) and the perf_counter_ns origin are stamped by the transport's
+  ``on_send`` callback, right before the first request byte is written to an already connected
+  socket, so connect time and pool waits are not part of TTFT.
+* Every read is stamped the moment it returns, before any parsing: the SSE parser and
+  ``orjson.loads`` run after the stamp. An event's time is the stamp of the read that completed it.
+* TTFT: first chunk with non-empty ``content``, ``reasoning_content``/``reasoning`` or a
+  ``tool_calls`` delta (``text`` for /v1/completions). A role-only chunk never counts.
+  Non-streamed requests leave ``ttft_ms`` None (the first token is not observable) and measure
+  ``e2e_ms`` only.
+* ITL: gaps between consecutive content-bearing chunks (``itl_gaps_ms``; summary ``itl_ms``).
+  How many tokens one chunk carried is not on the wire (speculative decoding sends several), so
+  per-token ITL is derived, not measured: gap / (completion_tokens / chunks), i.e. assuming an
+  even spread. TPOT = (E2E - TTFT) / (completion_tokens - 1) uses the server's token count.
+* E2E: request sent -> ``data: [DONE]`` (or end of stream / failure). Failed requests keep the
+  time they took in ``e2e_ms`` and any TTFT they reached.
+
+Errors are data: ``exchange`` never raises (``gevent.Timeout`` objects that are not its own
+propagate). The first error wins, except that what ended a stream early (timeout, stall,
+stream_reset, cancelled) replaces an earlier malformed_chunk / bad_response; the detail keeps
+both. A malformed data line makes the request an error but the stream is read to the end.
+
+The client trusts ``PreparedRequest.body``: re-parsing a 100k-token prompt per request would cost
+the CPU the measurement needs. Payload builders call :func:`ensure_stream_options` so that
+streaming bodies carry ``stream_options.include_usage: true``.
+
+Transport: geventhttpclient's connection pool and raw response ``readline()``, which measured
+within ~2 ms at 200 streams here (``iter_content`` and the openai SDK did not). It works inside
+Locust (monkey-patched) and in plain threads (each thread's own gevent hub); one ``Client``
+belongs to one thread. Tests inject a fake with the small :class:`Transport` protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import gevent
+import orjson
+from gevent import GreenletExit
+
+from workload.records import (
+    STATUS_CANCELLED,
+    STATUS_ERROR,
+    RequestRecord,
+    ToolCall,
+)
+from workload.sse import SSEParser
+
+ERROR_EXCERPT_CHARS = 500
+_TERMINAL = frozenset(("timeout", "stall", "stream_reset", "cancelled", "connect"))
+
+
+@dataclass(slots=True)
+class PreparedRequest:
+    """Everything needed to send one attempt; built by payloads, id filled by the caller."""
+
+    path: str  # "/v1/chat/completions" | "/v1/completions"
+    body: bytes  # exact bytes to send (deterministic per seed)
+    stream: bool
+    endpoint: str  # "chat" | "completions"
+    request_id: str  # sent as X-Request-Id (unique per attempt, deterministic)
+    timeout_s: float = 600.0
+    stall_timeout_s: float = 60.0
+    # labels copied into the record
+    user_class: str = ""
+    session_id: str = ""
+    step: int = 0
+    attempt: int = 0
+
+
+def request_id_for(seed: int, session_id: str, step: int, attempt: int, run_tag: str = "") -> str:
+    """Deterministic X-Request-Id: 24 hex chars of blake2b over the tuple."""
+    key = repr((run_tag, int(seed), session_id, int(step), int(attempt))).encode()
+    return hashlib.blake2b(key, digest_size=12).hexdigest()
+
+
+def ensure_stream_options(body: dict[str, Any]) -> dict[str, Any]:
+    """Make a streaming request body ask for the final usage chunk; returns ``body``."""
+    if body.get("stream"):
+        opts = body.get("stream_options")
+        if not isinstance(opts, dict):
+            opts = {}
+            body["stream_options"] = opts
+        opts["include_usage"] = True
+    return body
+
+
+# ---------------------------------------------------------------- transport protocol
+
+
+class TransportError(Exception):
+    """A transport failure already classified into a records.ERROR_KINDS kind."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+class TransportResponse(Protocol):
+    status: int
+    headers: Mapping[str, str]  # lower-case names
+
+    def readline(self) -> bytes:
+        """Bytes up to and including the next b"\\n" (or the rest); b"" at end of body."""
+        ...
+
+    def read(self) -> bytes:
+        """The rest of the body."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    def post(
+        self,
+        path: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        read_timeout_s: float,
+        on_send: Callable[[], None],
+    ) -> TransportResponse:
+        """Send a POST; call ``on_send`` right before the first byte goes out (again on a
+        retry). Raises TransportError; may let gevent.Timeout / GreenletExit through."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------- geventhttpclient transport
+
+
+def _make_pools():
+    from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
+
+    class _FreshMark:
+        """Remembers the socket it created last, so a reused keep-alive socket is recognised."""
+
+        last_created: Any = None
+
+        def _create_socket(self):
+            sock = super()._create_socket()  # type: ignore[misc]
+            self.last_created = sock
+            return sock
+
+    class Pool(_FreshMark, ConnectionPool):
+        pass
+
+    class SSLPool(_FreshMark, SSLConnectionPool):
+        pass
+
+    return Pool, SSLPool
+
+
+class _GeventResponse:
+    __slots__ = ("_r", "status", "headers")
+
+    def __init__(self, r: Any) -> None:
+        self._r = r
+        self.status = r.status_code
+        self.headers = {k.lower(): v for k, v in r.items()}
+
+    def readline(self) -> bytes:
+        from geventhttpclient.response import HTTPParseError
+
+        try:
+            return self._r.readline(b"\n")
+        except TimeoutError as e:
+            raise TransportError("stall", f"no bytes within the stall timeout ({e})") from None
+        except (HTTPParseError, OSError) as e:
+            raise TransportError("stream_reset", f"connection lost mid-body: {e!r}") from None
+
+    def read(self) -> bytes:
+        from geventhttpclient.response import HTTPParseError
+
+        try:
+            return self._r.read()
+        except TimeoutError as e:
+            raise TransportError("stall", f"no bytes within the read timeout ({e})") from None
+        except (HTTPParseError, OSError) as e:
+            raise TransportError("stream_reset", f"connection lost mid-body: {e!r}") from None
+
+    def close(self) -> None:
+        # returns the socket to the pool if the body was read to the end, else closes it
+        self._r.release()
+
+
+class GeventTransport:
+    """Keep-alive connection pool over geventhttpclient; reads lines off the raw response."""
+
+    MAX_SEND_ATTEMPTS = 3  # a reused keep-alive socket the server closed meanwhile is retried
+
+    def __init__(
+        self, base_url: str, *, connect_timeout_s: float = 10.0, concurrency: int = 1000
+    ) -> None:
+        from geventhttpclient.url import URL
+
+        url = URL(base_url)
+        if url.scheme not in ("http", "https"):
+            raise ValueError(f"base URL must be http:// or https://, got {base_url!r}")
+        self._prefix = url.path.rstrip("/")
+        port = url.port or (443 if url.scheme == "https" else 80)
+        host = url.host
+        host_hdr = f"[{host}]" if ":" in host else host
+        if port not in (80, 443):
+            host_hdr += f":{port}"
+        self._host_header = host_hdr
+        Pool, SSLPool = _make_pools()
+        common = dict(size=concurrency, connection_timeout=connect_timeout_s, network_timeout=60.0)
+        if url.scheme == "https":
+            self._pool = SSLPool(host, port, host, port, ssl_options={}, **common)
+        else:
+            self._pool = Pool(host, port, host, port, **common)
+
+    def post(
+        self,
+        path: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        read_timeout_s: float,
+        on_send: Callable[[], None],
+    ) -> TransportResponse:
+        from geventhttpclient.response import (
+            HTTPConnectionClosed,
+            HTTPParseError,
+            HTTPSocketPoolResponse,
+        )
+
+        lines = [f"POST {self._prefix}{path} HTTP/1.1", f"Host: {self._host_header}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        lines.append(f"Content-Length: {len(body)}")
+        wire = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+        pool = self._pool
+        for attempt in range(self.MAX_SEND_ATTEMPTS):
+            last = attempt == self.MAX_SEND_ATTEMPTS - 1
+            try:
+                sock = pool.get_socket()
+            except (OSError, RuntimeError) as e:
+                raise TransportError("connect", repr(e)) from None
+            reused = sock is not pool.last_created
+            try:
+                sock.settimeout(read_timeout_s)
+                on_send()
+                sock.sendall(wire)
+            except OSError as e:
+                pool.release_socket(sock)
+                if reused and not last and e.errno in (errno.EPIPE, errno.ECONNRESET):
+                    continue
+                raise TransportError(
+                    "stream_reset", f"connection lost while sending: {e!r}"
+                ) from None
+            except BaseException:
+                pool.release_socket(sock)
+                raise
+            try:  # reads the status line and headers; releases the socket itself on failure
+                r = HTTPSocketPoolResponse(sock, pool, method="POST")
+            except HTTPConnectionClosed as e:
+                if reused and not last:
+                    continue
+                raise TransportError(
+                    "stream_reset", f"closed before response headers: {e}"
+                ) from None
+            except TimeoutError as e:
+                raise TransportError("stall", f"no response headers in time ({e})") from None
+            except HTTPParseError as e:
+                raise TransportError("bad_response", f"not an HTTP response: {e}") from None
+            except OSError as e:
+                raise TransportError(
+                    "stream_reset", f"connection lost before headers: {e!r}"
+                ) from None
+            return _GeventResponse(r)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+# ---------------------------------------------------------------- measurement
+
+
+def _ms(ns: int) -> float:
+    return round(ns / 1e6, 3)
+
+
+def _pct(sorted_vals: list[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default) of a sorted, non-empty list."""
+    pos = (len(sorted_vals) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def itl_summary(gaps_ms: list[float]) -> dict[str, float] | None:
+    """mean, p50, p99, max of ITL gaps (ms); None without gaps."""
+    if not gaps_ms:
+        return None
+    s = sorted(gaps_ms)
+    return {
+        "mean": round(sum(s) / len(s), 3),
+        "p50": round(_pct(s, 0.50), 3),
+        "p99": round(_pct(s, 0.99), 3),
+        "max": s[-1],
+    }
+
+
+def _excerpt(raw: bytes | str) -> str:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return text[:ERROR_EXCERPT_CHARS]
+
+
+class _Reply:
+    """What the server said, accumulated chunk by chunk (or from one body)."""
+
+    __slots__ = (
+        "rec",
+        "chat",
+        "content_times",
+        "text_parts",
+        "calls",
+        "done_ns",
+        "events",
+        "bad",
+    )
+
+    def __init__(self, rec: RequestRecord, chat: bool) -> None:
+        self.rec = rec
+        self.chat = chat
+        self.content_times: list[int] = []
+        self.text_parts: list[str] = []
+        self.calls: dict[int, list[Any]] = {}  # index -> [id, name, [arg parts]]
+        self.done_ns: int | None = None
+        self.events = 0
+        self.bad: str | None = None  # first malformed detail
+
+    # --- streaming
+
+    def on_data(self, data: str, t_ns: int) -> None:
+        self.events += 1
+        if data == "[DONE]":
+            if self.done_ns is None:
+                self.done_ns = t_ns
+            return
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            self._malformed(f"not JSON: {data[:200]!r}")
+            return
+        if not isinstance(obj, dict):
+            self._malformed(f"not a JSON object: {data[:200]!r}")
+            return
+        if "error" in obj or obj.get("object") == "error":
+            fail(self.rec, "bad_response", f"error event in stream: {_excerpt(data)}")
+            return
+        try:
+            if self._chunk(obj):
+                self.content_times.append(t_ns)
+        except (TypeError, AttributeError, ValueError) as e:
+            self._malformed(f"unexpected chunk shape ({e}): {data[:200]!r}")
+
+    def _malformed(self, detail: str) -> None:
+        if self.bad is None:
+            self.bad = detail
+            fail(self.rec, "malformed_chunk", detail)
+
+    def _chunk(self, obj: dict[str, Any]) -> bool:
+        self._envelope(obj)
+        bearing = False
+        for ch in obj.get("choices") or ():
+            primary = ch.get("index", 0) == 0
+            if self.chat:
+                delta = ch.get("delta") or {}
+                content = delta.get("content")
+                if content:
+                    bearing = True
+                    if primary:
+                        self.text_parts.append(content)
+                if delta.get("reasoning_content") or delta.get("reasoning"):
+                    bearing = True
+                tcs = delta.get("tool_calls")
+                if tcs:
+                    bearing = True
+                    self._tool_deltas(tcs)
+            else:
+                text = ch.get("text")
+                if text:
+                    bearing = True
+                    if primary:
+                        self.text_parts.append(text)
+            if ch.get("finish_reason"):
+                self.rec.finish_reason = ch["finish_reason"]
+        return bearing
+
+    def _tool_deltas(self, tcs: list[dict[str, Any]]) -> None:
+        for tc in tcs:
+            idx = tc.get("index", 0)
+            slot = self.calls.get(idx)
+            if slot is None:
+                slot = self.calls[idx] = [None, None, []]
+            if tc.get("id") and slot[0] is None:
+                slot[0] = tc["id"]
+            fn = tc.get("function") or {}
+            if fn.get("name") and slot[1] is None:
+                slot[1] = fn["name"]
+            args = fn.get("arguments")
+            if args:
+                slot[2].append(args)
+
+    # --- shared by streaming and non-streaming
+
+    def _envelope(self, obj: dict[str, Any]) -> None:
+        rec = self.rec
+        if rec.response_id is None and obj.get("id"):
+            rec.response_id = obj["id"]
+        if rec.model is None and obj.get("model"):
+            rec.model = obj["model"]
+        if obj.get("system_fingerprint"):
+            rec.system_fingerprint = obj["system_fingerprint"]
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            rec.prompt_tokens = usage.get("prompt_tokens")
+            rec.completion_tokens = usage.get("completion_tokens")
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict):
+                rec.cached_tokens = details.get("cached_tokens")
+        metrics = obj.get("metrics")
+        if isinstance(metrics, dict):
+            rec.server_metrics = metrics
+            spec = metrics.get("speculative_decoding")
+            rec.spec_decode = spec if isinstance(spec, dict) else None
+
+    def body(self, raw: bytes) -> None:
+        """A non-streamed completion body."""
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            fail(self.rec, "bad_response", f"body is not JSON: {_excerpt(raw)}")
+            return
+        if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
+            fail(self.rec, "bad_response", f"body is not a completion: {_excerpt(raw)}")
+            return
+        try:
+            self._envelope(obj)
+            for ch in obj["choices"]:
+                if ch.get("finish_reason"):
+                    self.rec.finish_reason = ch["finish_reason"]
+                if ch.get("index", 0) != 0:
+                    continue
+                if self.chat:
+                    msg = ch.get("message") or {}
+                    if msg.get("content"):
+                        self.text_parts.append(msg["content"])
+                    for i, tc in enumerate(msg.get("tool_calls") or ()):
+                        fn = tc.get("function") or {}
+                        self.calls[tc.get("index", i)] = [
+                            tc.get("id"),
+                            fn.get("name"),
+                            [fn.get("arguments") or ""],
+                        ]
+                elif ch.get("text"):
+                    self.text_parts.append(ch["text"])
+        except (TypeError, AttributeError, ValueError) as e:
+            fail(self.rec, "bad_response", f"unexpected body shape ({e}): {_excerpt(raw)}")
+
+    def finish(self) -> None:
+        rec = self.rec
+        rec.text = "".join(self.text_parts)
+        calls = []
+        for idx in sorted(self.calls, key=lambda i: (not isinstance(i, int), i)):
+            cid, name, parts = self.calls[idx]
+            args = "".join(parts)
+            calls.append(ToolCall(idx, cid, name, args, _args_valid(args)).to_json())
+        rec.tool_calls = calls
+
+
+def _args_valid(args: str) -> bool:
+    try:
+        return isinstance(orjson.loads(args), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def fail(rec: RequestRecord, kind: str, detail: str) -> None:
+    """Mark ``rec`` failed; see the module docstring for which error wins."""
+    if rec.error_kind is None:
+        rec.error_kind, rec.error_detail = kind, detail
+    elif kind in _TERMINAL and rec.error_kind not in _TERMINAL:
+        rec.error_detail = f"{detail} (after {rec.error_kind}: {rec.error_detail})"
+        rec.error_kind = kind
+    else:
+        return
+    rec.status = STATUS_CANCELLED if kind == "cancelled" else STATUS_ERROR
+
+
+class _Deadline(Exception):
+    pass
+
+
+class Client:
+    """Measures exchanges with one server; one instance per thread (or per Locust user)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        connect_timeout_s: float = 10.0,
+        concurrency: int = 1000,
+        transport: Transport | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        wall: Callable[[], float] = time.time,
+        run_id: str = "",
+        worker: str = "0",
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._clock = clock
+        self._wall = wall
+        self._run_id = run_id
+        self._worker = worker
+        headers = {"User-Agent": "agentload", "Content-Type": "application/json"}
+        if api_key:
+            if any(c in api_key for c in "\r\n"):
+                raise ValueError("api_key must not contain line breaks")
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._headers = headers
+        self._transport: Transport = transport or GeventTransport(
+            self.base_url, connect_timeout_s=connect_timeout_s, concurrency=concurrency
+        )
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._transport.close()
+
+    def exchange(self, req: PreparedRequest) -> RequestRecord:
+        """Send ``req``, read the whole reply, return the measured record. Never raises."""
+        rec = RequestRecord(
+            run_id=self._run_id,
+            target=self.base_url,
+            worker=self._worker,
+            user_class=req.user_class,
+            session_id=req.session_id,
+            step=req.step,
+            attempt=req.attempt,
+            request_id=req.request_id,
+            endpoint=req.endpoint,
+            stream=req.stream,
+        )
+        reply = _Reply(rec, req.endpoint == "chat")
+        clock = self._clock
+        sent = [0]
+        timer = gevent.Timeout(req.timeout_s)
+        timer.start()
+        resp: TransportResponse | None = None
+        end_ns: int | None = None
+        try:
+
+            def on_send() -> None:
+                rec.t_start = round(self._wall(), 6)
+                sent[0] = clock()
+
+            headers = dict(self._headers)
+            headers["Accept"] = "text/event-stream" if req.stream else "application/json"
+            headers["X-Request-Id"] = req.request_id
+            # non-streamed replies are silent until done: only the overall timeout applies
+            read_timeout = req.stall_timeout_s if req.stream else req.timeout_s + 1.0
+            resp = self._transport.post(
+                req.path, headers, req.body, read_timeout_s=read_timeout, on_send=on_send
+            )
+            rec.http_status = resp.status
+            if not 200 <= resp.status < 300:
+                body = resp.read()
+                end_ns = clock()
+                fail(rec, "http_status", f"HTTP {resp.status}: {_excerpt(body)}")
+            elif req.stream:
+                end_ns = self._read_stream(resp, reply, sent[0] + int(req.timeout_s * 1e9))
+            else:
+                body = resp.read()
+                end_ns = clock()
+                reply.body(body)
+        except TransportError as e:
+            fail(rec, e.kind, e.detail)
+        except _Deadline:
+            fail(rec, "timeout", f"no complete reply within {req.timeout_s:g}s")
+        except gevent.Timeout as t:
+            if t is not timer:
+                raise
+            fail(rec, "timeout", f"no complete reply within {req.timeout_s:g}s")
+        except GreenletExit:
+            fail(rec, "cancelled", "user stopped mid-request")
+        except Exception as e:  # a bug here must not kill the simulated user
+            fail(rec, "bad_response", f"client error: {e!r}")
+        finally:
+            timer.close()
+            if resp is not None:
+                with contextlib.suppress(Exception):
+                    resp.close()
+        self._measure(rec, reply, sent[0], end_ns)
+        return rec
+
+    def _read_stream(self, resp: TransportResponse, reply: _Reply, deadline_ns: int) -> int:
+        """Read SSE to the end of the body; return the end-of-stream stamp."""
+        parser = SSEParser()
+        readline = resp.readline
+        clock = self._clock
+        on_data = reply.on_data
+        head = b""  # first non-comment bytes, kept only to explain a stream without events
+        t = clock()
+        try:
+            while True:
+                line = readline()
+                t = clock()  # stamp before any parsing
+                if not line:
+                    break
+                if t > deadline_ns:
+                    raise _Deadline
+                if reply.done_ns is not None:
+                    continue  # drain to the end so the connection can be reused
+                if len(head) < ERROR_EXCERPT_CHARS and line[:1] not in b":\r\n":
+                    head += line
+                for ev in parser.feed(line):
+                    on_data(ev.data, t)
+            for ev in parser.close():
+                on_data(ev.data, t)
+        finally:
+            if reply.events == 0 and head:
+                reply.bad = reply.bad or "no events"
+                fail(reply.rec, "bad_response", f"not an event stream: {_excerpt(head)}")
+        if reply.done_ns is None:
+            if reply.events == 0 and not head:
+                fail(reply.rec, "missing_done", "empty stream")
+            else:
+                fail(reply.rec, "missing_done", "stream ended without data: [DONE]")
+            return t
+        return reply.done_ns
+
+    def _measure(self, rec: RequestRecord, reply: _Reply, sent_ns: int, end_ns: int | None) -> None:
+        reply.finish()
+        if not sent_ns:
+            return  # never sent (connect failure): no times
+        if end_ns is None:
+            end_ns = self._clock()
+        rec.e2e_ms = _ms(end_ns - sent_ns)
+        times = reply.content_times
+        rec.chunks = len(times)
+        if times:
+            rec.ttft_ms = _ms(times[0] - sent_ns)
+            gaps = [_ms(b - a) for a, b in zip(times, times[1:], strict=False)]
+            rec.itl_gaps_ms = gaps
+            rec.itl_ms = itl_summary(gaps)
+            n = rec.completion_tokens
+            if isinstance(n, int) and n > 1 and rec.ok:
+                rec.tpot_ms = round((rec.e2e_ms - rec.ttft_ms) / (n - 1), 3)
