@@ -1,0 +1,126 @@
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from workload.records import RequestRecord, SessionRecord
+from workload.slo import (
+    error_ratio,
+    evaluate_slos,
+    junit_xml,
+    parse_percentile,
+    request_meets_slo,
+    validate_slos,
+)
+from workload.stats import Aggregate
+
+
+def req(**kw) -> RequestRecord:
+    d = dict(user_class="chat", session_id="s", step=1, t_start=10.0, ttft_ms=100.0, e2e_ms=1000.0)
+    d.update(kw)
+    return RequestRecord(**d)
+
+
+@pytest.fixture
+def agg() -> Aggregate:
+    a = Aggregate()
+    for i in range(100):
+        a.add_request(req(ttft_ms=float(i + 1), itl_gaps_ms=[5.0, 6.0], session_id=f"s{i}"))
+    a.add_request(req(user_class="bg", ttft_ms=5000.0, e2e_ms=60_000.0))
+    a.add_request(req(user_class="bg", status="error", error_kind="timeout"))
+    for i in range(10):
+        a.add_session(SessionRecord(user_class="chat", session_id=f"s{i}", outcome="completed"))
+    a.add_session(SessionRecord(user_class="chat", session_id="x", outcome="failed"))
+    return a
+
+
+def test_pass_and_fail_per_class(agg):
+    slos = {
+        "chat": {"ttft_p95_ms": 100, "ttft_p50_ms": 10, "session_success_ratio": 0.95},
+        "bg": {"e2e_p99_ms": 120_000, "error_ratio": 0.1},
+        "*": {"itl_max_ms": 10},
+    }
+    results = {(r.class_name, r.metric): r for r in evaluate_slos(agg, slos)}
+    assert len(results) == 6
+    assert results[("chat", "ttft_p95_ms")].passed
+    assert results[("chat", "ttft_p95_ms")].observed == pytest.approx(95, rel=1e-3)
+    assert not results[("chat", "ttft_p50_ms")].passed
+    ssr = results[("chat", "session_success_ratio")]
+    assert not ssr.passed and ssr.observed == pytest.approx(10 / 11) and ssr.bound == ">="
+    assert results[("bg", "e2e_p99_ms")].passed
+    er = results[("bg", "error_ratio")]
+    assert not er.passed and er.observed == pytest.approx(0.5) and er.unit == "ratio"
+    assert results[("*", "itl_max_ms")].passed
+    # the summary dict works as well as the aggregate
+    assert [r.passed for r in evaluate_slos(agg.summary(), slos)] == [
+        r.passed for r in evaluate_slos(agg, slos)
+    ]
+
+
+def test_generic_percentile_needs_aggregate(agg):
+    [r] = evaluate_slos(agg, {"chat": {"ttft_p999_ms": 99}})
+    assert r.observed == pytest.approx(100, rel=1e-3) and not r.passed
+    with pytest.raises(ValueError, match="Aggregate"):
+        evaluate_slos(agg.summary(), {"chat": {"ttft_p75_ms": 99}})
+
+
+def test_missing_samples(agg):
+    slos = {"nobody": {"ttft_p95_ms": 1}, "chat": {"tpot_p95_ms": 5}}
+    assert [r.passed for r in evaluate_slos(agg, slos)] == [False, False]
+    skipped = evaluate_slos(agg, slos, missing="skip")
+    assert all(r.skipped and r.passed and r.observed is None for r in skipped)
+
+
+def test_unknown_keys_are_rejected():
+    assert validate_slos({"chat": {"ttft_p95_ms": 1, "latency": 3, "itl_p95_ms": "x"}}) == [
+        validate_slos({"chat": {"latency": 3}})[0],
+        "slo chat.itl_p95_ms: threshold must be a number, got 'x'",
+    ]
+    with pytest.raises(ValueError, match="unknown SLO"):
+        evaluate_slos({"overall": {}, "by_class": {}}, {"chat": {"ttft_p95": 1}})
+
+
+def test_parse_percentile():
+    assert [parse_percentile(s) for s in ("p5", "p50", "p999", "p9999", "p99.5")] == [
+        5.0,
+        50.0,
+        99.9,
+        99.99,
+        99.5,
+    ]
+
+
+def test_junit_xml_is_well_formed(agg):
+    slos = {"chat": {"ttft_p95_ms": 100, "ttft_p50_ms": 10}, "bg": {"tpot_p95_ms": 1}}
+    results = evaluate_slos(agg, slos, missing="skip")
+    root = ET.fromstring(junit_xml(results, "gate<&>"))
+    suite = root.find("testsuite")
+    assert suite.get("tests") == "3" and suite.get("failures") == "1"
+    assert suite.get("skipped") == "1"
+    cases = suite.findall("testcase")
+    assert [(c.get("classname"), c.get("name")) for c in cases] == [
+        ("gate<&>.chat", "ttft_p95_ms"),
+        ("gate<&>.chat", "ttft_p50_ms"),
+        ("gate<&>.bg", "tpot_p95_ms"),
+    ]
+    failure = cases[1].find("failure")
+    assert "VIOLATED" in failure.get("message") and failure.get("type") == "SLOViolation"
+    assert cases[2].find("skipped") is not None
+
+
+def test_error_ratio_helper(agg):
+    s = agg.summary()
+    assert error_ratio(s) == pytest.approx(1 / 102)
+    assert error_ratio(s, "bg") == pytest.approx(0.5)
+    assert error_ratio(s, "missing") is None
+
+
+def test_request_meets_slo():
+    slo = {"ttft_p95_ms": 200, "ttft_p99_ms": 400, "itl_p95_ms": 20, "e2e_mean_ms": 1}
+    assert request_meets_slo(req(ttft_ms=350.0), slo)  # p99 bound is the lenient one
+    assert not request_meets_slo(req(ttft_ms=450.0), slo)
+    gaps = [10.0] * 19 + [100.0]  # own p95 = 10
+    assert request_meets_slo(req(itl_gaps_ms=gaps), slo)
+    assert not request_meets_slo(req(itl_gaps_ms=[10.0] * 18 + [100.0] * 2), slo)
+    assert not request_meets_slo(req(itl_ms={"p99": 30.0}), slo)  # jsonl fallback
+    assert not request_meets_slo(req(status="error"), slo)
+    assert request_meets_slo(req(ttft_ms=None), slo)  # cannot violate what was not measured
