@@ -53,6 +53,10 @@ class SSEParser:
                 chunk = chunk[1:]
                 if not chunk:
                     return []
+        if not self._buf and chunk.find(b"\n") == len(chunk) - 1 and b"\r" not in chunk:
+            # fast path: exactly one LF-terminated line, which is what readline() hands us
+            ev = self._line(chunk[:-1])
+            return [] if ev is None else [ev]
         buf = self._buf + chunk if self._buf else chunk
         events: list[SSEEvent] = []
         start = 0
