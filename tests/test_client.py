@@ -732,3 +732,18 @@ def test_real_server_closing_idle_keepalive_is_not_an_error(server_factory):
     second = client.exchange(real_request())
     client.close()
     assert first.ok and second.ok, (first.error_detail, second.error_detail)
+
+
+def test_real_cancel_by_greenlet_kill_releases_the_connection(server_factory):
+    import gevent
+
+    srv = server_factory(streaming(0.5))
+    client = Client(srv.url, concurrency=1)  # a leaked connection would block the next request
+    g = gevent.spawn(client.exchange, real_request())
+    gevent.sleep(0.2)
+    g.kill(block=True, timeout=5)
+    rec = g.value
+    assert (rec.status, rec.error_kind) == ("cancelled", "cancelled")
+    srv2_rec = client.exchange(real_request(timeout_s=5))
+    client.close()
+    assert srv2_rec.ok, srv2_rec.error_detail

@@ -169,7 +169,7 @@ class _GeventResponse:
     def __init__(self, r: Any) -> None:
         self._r = r
         self.status = r.status_code
-        self.headers = {k.lower(): v for k, v in r.items()}
+        self.headers: Mapping[str, str] = {k.lower(): v for k, v in r.items()}
 
     def readline(self) -> bytes:
         from geventhttpclient.response import HTTPParseError
@@ -543,7 +543,11 @@ class Client:
         self._transport.close()
 
     def exchange(self, req: PreparedRequest) -> RequestRecord:
-        """Send ``req``, read the whole reply, return the measured record. Never raises."""
+        """Send ``req``, read the whole reply, return the measured record. Never raises.
+
+        A ``GreenletExit`` (Locust stopping the user) yields status "cancelled"; the caller
+        re-raises it after recording.
+        """
         rec = RequestRecord(
             run_id=self._run_id,
             target=self.base_url,
