@@ -1,0 +1,119 @@
+"""`python -m workload.sim` / `agentload sim`: run the simulator until SIGINT or SIGTERM.
+
+Prints exactly one line on stdout when ready:
+``agentload-sim listening on http://HOST:PORT`` (port 0 picks a free port).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+
+from workload.sim.config import PRESETS, ConfigError, build_config
+
+
+class _ArgError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _ArgError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (shared with `agentload sim`)."""
+    p = _Parser(
+        prog="agentload sim",
+        description="Embedded vLLM simulator (OpenAI-compatible HTTP on 127.0.0.1).",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one")
+    p.add_argument("--preset", default="default", help=f"one of: {', '.join(PRESETS)}")
+    p.add_argument("--seed", type=int, default=0, help="seed for outputs, acceptance and faults")
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND=RATE",
+        help="inject faults: 429, 500, 503, reset, malformed, stall, slow (repeatable)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a preset parameter, e.g. --set num_gpu_blocks=4096 (repeatable)",
+    )
+    p.add_argument("--ttft-scale", type=float, default=None, help="multiply prefill-step cost")
+    p.add_argument("--itl-scale", type=float, default=None, help="multiply decode cost")
+    p.add_argument("--model", default=None, help="served model name")
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--list-presets", action="store_true", help="print presets and exit")
+    return p
+
+
+async def _serve(cfg, host: str, port: int, seed: int) -> int:
+    from workload.sim.server import SimServer
+
+    server = SimServer(cfg, seed)
+    try:
+        bound = await server.start(host, port)
+    except OSError as e:
+        print(
+            f"agentload-sim: error: cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr
+        )
+        return 1
+    shown = f"[{host}]" if ":" in host else host
+    print(f"agentload-sim listening on http://{shown}:{bound}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse args, build the config, serve; bad arguments -> one line on stderr, exit 2."""
+    try:
+        args = build_parser().parse_args(argv)
+        if args.list_presets:
+            for name, (desc, _) in PRESETS.items():
+                print(f"{name:14} {desc}")
+            return 0
+        cfg = build_config(
+            args.preset,
+            args.set,
+            args.fault,
+            ttft_scale=args.ttft_scale,
+            itl_scale=args.itl_scale,
+            model=args.model,
+            max_model_len=args.max_model_len,
+        )
+        if args.model:
+            cfg.model_root = args.model
+        if not 0 <= args.port <= 65535:
+            raise _ArgError(f"--port must be in 0..65535, got {args.port}")
+    except (_ArgError, ConfigError) as e:
+        print(f"agentload sim: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop  # type: ignore[import-not-found]
+
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        return runner(_serve(cfg, args.host, args.port, args.seed))
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

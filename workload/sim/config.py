@@ -1,0 +1,218 @@
+"""Simulator configuration: one flat dataclass, named presets, `--set` and `--fault` parsing.
+
+A preset is a set of overrides on `SimConfig` defaults. The two upgrade presets
+(`vllm-0.28-v1`, `vllm-0.29-v2`) differ the way a real upgrade does: KV capacity
+from memory profiling, step overhead, draft acceptance, and one fallback (the
+V2 model runner in 0.29 drops speculative decoding for structured-output
+requests, i.e. `tool_choice` "required" or a named function).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+FAULT_KINDS = ("429", "500", "503", "reset", "malformed", "stall", "slow")
+SCHEDULING_POLICIES = ("fcfs", "priority")
+SPEC_METRICS_MODES = ("none", "summary", "detailed")
+
+
+class ConfigError(ValueError):
+    """Bad preset, `--set` or `--fault` value (one-line message in str())."""
+
+
+@dataclass
+class SimConfig:
+    """Everything the simulator can be told; units are in the field names."""
+
+    preset: str = "default"
+    # identity, as /version, /v1/models and cache_config_info show it
+    model: str = "agentload/sim-8b"
+    model_root: str = "agentload/sim-8b"
+    version: str = "0.33.0"
+    system_fingerprint: str = "fp_agentload_sim_0.33.0"
+    max_model_len: int = 32768
+    # scheduler
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_waiting: int = 2048  # admission limit; past it requests get 503
+    scheduling_policy: str = "priority"
+    # KV cache
+    block_size: int = 16
+    num_gpu_blocks: int = 16384
+    gpu_memory_utilization: float = 0.9
+    cache_dtype: str = "auto"
+    enable_prefix_caching: bool = True
+    # latency model (milliseconds)
+    step_overhead_ms: float = 4.0
+    prefill_ms_per_token: float = 0.06
+    decode_ms_base: float = 7.0
+    decode_ms_per_seq: float = 0.04
+    decode_ms_per_kv_ktoken: float = 0.004  # attention reads, per 1k context tokens in the batch
+    draft_ms_per_token: float = 0.02
+    ttft_scale: float = 1.0  # multiplies steps that carry prefill (canary regressions)
+    itl_scale: float = 1.0  # multiplies decode work
+    # outputs
+    output_len_mean: int = 160  # natural (EOS) length, log-normal around this mean
+    output_len_sigma: float = 0.6
+    tool_call_prob: float = 0.7  # tool_choice "auto" with tools offered
+    malformed_tool_rate: float = 0.0
+    # speculative decoding
+    spec_k: int = 3
+    spec_accept_base: float = 0.55
+    spec_accept_rep_gain: float = 0.4  # extra acceptance for fully repetitive content
+    spec_metrics: str = "summary"  # none | summary | detailed (per-request object)
+    spec_fallback_structured: bool = False  # V2 runner: no drafts for structured outputs
+    # API features (vLLM flags)
+    enable_prompt_tokens_details: bool = True
+    enable_per_request_metrics: bool = True
+    dev_mode: bool = False  # VLLM_SERVER_DEV_MODE=1: /server_info exists
+    model_runner: str = "v1"
+    # fault injection: kind -> rate; stall and drip parameters
+    faults: dict[str, float] = field(default_factory=dict)
+    fault_stall_s: float = 30.0
+    fault_drip_ms: float = 250.0
+
+    def validate(self) -> None:
+        """Raise ConfigError on values the engine cannot run with."""
+        problems = []
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            problems.append(f"scheduling_policy must be one of {SCHEDULING_POLICIES}")
+        if self.spec_metrics not in SPEC_METRICS_MODES:
+            problems.append(f"spec_metrics must be one of {SPEC_METRICS_MODES}")
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1")
+        if self.num_gpu_blocks * self.block_size < self.max_model_len:
+            problems.append(
+                f"KV capacity {self.num_gpu_blocks * self.block_size} tokens is below "
+                f"max_model_len {self.max_model_len}"
+            )
+        if not 0 <= self.spec_k <= 16:
+            problems.append("spec_k must be in 0..16")
+        for name in ("tool_call_prob", "malformed_tool_rate", "spec_accept_base"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                problems.append(f"{name} must be in [0, 1]")
+        if self.ttft_scale <= 0 or self.itl_scale <= 0:
+            problems.append("ttft_scale and itl_scale must be > 0")
+        for kind, rate in self.faults.items():
+            if kind not in FAULT_KINDS:
+                problems.append(f"unknown fault kind {kind!r}; kinds: {', '.join(FAULT_KINDS)}")
+            elif not 0.0 <= rate <= 1.0:
+                problems.append(f"fault rate for {kind} must be in [0, 1]")
+        if sum(self.faults.values()) > 1.0:
+            problems.append("fault rates add up to more than 1")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+
+PRESETS: dict[str, tuple[str, dict[str, object]]] = {
+    "default": (
+        "vLLM 0.33 with prefix caching, prompt-token details, per-request and spec-decode metrics",
+        {},
+    ),
+    "vllm-0.28-v1": (
+        "vLLM 0.28, V1 model runner: smaller KV pool, more step overhead, lower acceptance",
+        {
+            "version": "0.28.0",
+            "system_fingerprint": "fp_agentload_sim_0.28.0",
+            "num_gpu_blocks": 11264,
+            "gpu_memory_utilization": 0.9,
+            "step_overhead_ms": 5.0,
+            "decode_ms_base": 7.5,
+            "spec_accept_base": 0.50,
+            "spec_accept_rep_gain": 0.35,
+            "model_runner": "v1",
+        },
+    ),
+    "vllm-0.29-v2": (
+        "vLLM 0.29, V2 model runner: larger KV pool, less overhead, better drafts; "
+        "structured outputs fall back to no spec decoding",
+        {
+            "version": "0.29.0",
+            "system_fingerprint": "fp_agentload_sim_0.29.0",
+            "num_gpu_blocks": 13824,
+            "gpu_memory_utilization": 0.9,
+            "step_overhead_ms": 3.5,
+            "decode_ms_base": 6.8,
+            "spec_accept_base": 0.58,
+            "spec_accept_rep_gain": 0.38,
+            "spec_fallback_structured": True,
+            "model_runner": "v2",
+            "dev_mode": True,
+        },
+    ),
+    "fast": (
+        "no latency model: steps cost nothing (plumbing tests, benchmarks)",
+        {
+            "step_overhead_ms": 0.0,
+            "prefill_ms_per_token": 0.0,
+            "decode_ms_base": 0.0,
+            "decode_ms_per_seq": 0.0,
+            "decode_ms_per_kv_ktoken": 0.0,
+            "draft_ms_per_token": 0.0,
+            "output_len_mean": 32,
+        },
+    ),
+}
+
+
+def _coerce(name: str, raw: str) -> object:
+    fields = {f.name: f for f in dataclasses.fields(SimConfig)}
+    if name not in fields or name in ("faults", "preset"):
+        raise ConfigError(f"unknown setting {name!r}; see docs/sim.md for the list")
+    kind = fields[name].type
+    try:
+        if kind == "bool":
+            low = raw.lower()
+            if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(raw)
+            return low in ("1", "true", "yes", "on")
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except ValueError:
+        raise ConfigError(f"setting {name}: {raw!r} is not a valid {kind}") from None
+    return raw
+
+
+def parse_assignments(items: list[str], flag: str) -> list[tuple[str, str]]:
+    """Split 'key=value' items; ConfigError names the flag on a bad one."""
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{flag} expects key=value, got {item!r}")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def build_config(
+    preset: str = "default",
+    sets: list[str] = (),  # type: ignore[assignment]
+    faults: list[str] = (),  # type: ignore[assignment]
+    **overrides: object,
+) -> SimConfig:
+    """Resolve preset -> `--set` overrides -> `--fault` rates -> keyword overrides; validate."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+    cfg = SimConfig(preset=preset)
+    for key, value in PRESETS[preset][1].items():
+        setattr(cfg, key, value)
+    for key, raw in parse_assignments(list(sets), "--set"):
+        setattr(cfg, key, _coerce(key, raw))
+    fault_rates = dict(cfg.faults)
+    for kind, raw in parse_assignments(list(faults), "--fault"):
+        if kind not in FAULT_KINDS:
+            raise ConfigError(f"unknown fault kind {kind!r}; kinds: {', '.join(FAULT_KINDS)}")
+        try:
+            fault_rates[kind] = float(raw)
+        except ValueError:
+            raise ConfigError(f"--fault {kind}: rate {raw!r} is not a number") from None
+    cfg.faults = fault_rates
+    for key, value in overrides.items():
+        if value is not None:
+            setattr(cfg, key, value)
+    cfg.validate()
+    return cfg
