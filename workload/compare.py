@@ -63,7 +63,19 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "error_ratio": 1.0,
     "tool_loop_failure_ratio": 1.0,
     "session_success_ratio": 2.0,
+    "output_throughput": 5.0,
+    "cached_ratio": 5.0,
     "completed_sessions": 10.0,
+}
+
+# Profile `compare:` field names (workload.profile.CompareThresholds) -> metric names.
+_PROFILE_NAMES = {
+    "ttft_p95_pct": "ttft_p95",
+    "itl_p95_pct": "itl_p95",
+    "e2e_p95_pct": "e2e_p95",
+    "throughput_pct": "output_throughput",
+    "session_success_pp": "session_success_ratio",
+    "cached_ratio_pp": "cached_ratio",
 }
 
 
@@ -95,6 +107,7 @@ def _metric_defs() -> dict[str, MetricDef]:
     defs["spec_acceptance_length"] = MetricDef(
         "spec_acceptance_length", "mean", "relative", False, "tokens"
     )
+    defs["output_throughput"] = MetricDef("output_throughput", "sum", "relative", False, "tok/s")
     defs["completed_sessions"] = MetricDef("completed_sessions", "count", "relative", False, "/min")
     defs["completed_requests"] = MetricDef("completed_requests", "count", "relative", False, "/min")
     return defs
@@ -399,28 +412,46 @@ def _pct(v: Any) -> float:
     return float(v)
 
 
+def _metric_name(key: str) -> str:
+    """Normalise a threshold key: profile names, `_pct`/`_pp` suffixes, CLASS. prefixes."""
+    scope, dot, base = key.rpartition(".")
+    base = _PROFILE_NAMES.get(base, base)
+    for suffix in ("_pct", "_pp"):
+        base = base.removesuffix(suffix)
+    base = {"throughput": "output_throughput", "session_success": "session_success_ratio"}.get(
+        base, base
+    )
+    return f"{scope}{dot}{base}"
+
+
+def profile_compare(run: dict) -> dict[str, Any]:
+    """The profile's `compare:` section recorded in run.json (empty when absent)."""
+    prof = run.get("profile") if isinstance(run.get("profile"), dict) else {}
+    sec = prof.get("compare") if isinstance(prof, dict) else None
+    if isinstance(sec, dict) and isinstance(sec.get("thresholds"), dict):
+        return {**sec["thresholds"], **{k: v for k, v in sec.items() if k == "alpha"}}
+    return sec if isinstance(sec, dict) else {}
+
+
 def resolve_thresholds(run_a: dict, run_b: dict, flags: dict | None) -> dict[str, float]:
-    """Defaults, then the profile's `compare` section (B's, else A's), then flags."""
+    """Defaults, then the profile's `compare` section (A's, then B's on top), then flags."""
     out = dict(DEFAULT_THRESHOLDS)
     for run in (run_a, run_b):
-        prof = run.get("profile") if isinstance(run.get("profile"), dict) else {}
-        sec = prof.get("compare") if isinstance(prof, dict) else None
-        if isinstance(sec, dict):
-            sec = sec.get("thresholds", sec)
-            if isinstance(sec, dict):
-                for k, v in sec.items():
-                    try:
-                        out[str(k)] = _pct(v)
-                    except (TypeError, ValueError):
-                        continue
+        for k, v in profile_compare(run).items():
+            if k == "alpha":
+                continue
+            try:
+                out[_metric_name(str(k))] = _pct(v)
+            except (TypeError, ValueError):
+                continue
     for k, v in (flags or {}).items():
+        name = _metric_name(k)
         if v is None:
-            out.pop(k, None)
+            out.pop(name, None)
         else:
-            out[k] = _pct(v)
+            out[name] = _pct(v)
     for k in list(out):
-        base = k.split(".")[-1]
-        if base not in METRICS:
+        if k.split(".")[-1] not in METRICS:
             raise CompareError(
                 f"unknown threshold metric {k!r}; known: {', '.join(sorted(METRICS))}"
             )
@@ -613,6 +644,38 @@ def _scope_metrics(
                         else _robust_se(diff)
                     )
             out.append(m)
+        elif d.kind == "sum":
+            da, db = dur
+            per = (da or 1.0, db or 1.0)
+            pt, bs, ns = [], [], []
+            for side in (0, 1):
+                rows = [r for r in sc.reqs[side] if r.get("status", "ok") == "ok"]
+                toks = np.asarray([float(r.get("completion_tokens") or 0) for r in rows])
+                cl = np.asarray([idx[side][r.get("session_id", "")] for r in rows], dtype=np.int64)
+                ns.append(len(rows))
+                sums = (
+                    _cluster_sums(toks, cl, W[side].shape[1])
+                    if len(rows)
+                    else np.zeros(W[side].shape[1])
+                )
+                pt.append(float(toks.sum()) / per[side])
+                bs.append((W[side] @ sums) / per[side])
+            m = MetricDiff(
+                scope_name,
+                n,
+                d.unit if da and db else "tokens",
+                d.change,
+                pt[0],
+                pt[1],
+                ns[0],
+                ns[1],
+            )
+            m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
+            if min(ns) >= 20 and pt[0] > 0 and pt[1] > 0:
+                m.change = pt[1] / pt[0] - 1.0
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    m.se = _robust_se(np.log(bs[1]) - np.log(bs[0]))
+            out.append(m)
         elif d.kind == "count":
             counts = []
             for side in (0, 1):
@@ -765,7 +828,7 @@ def spec_histogram(requests: list[dict], cls: str | None = None) -> list[int]:
 
 def _traffic_key(run: dict) -> tuple[Any, Any]:
     prof = run.get("profile") if isinstance(run.get("profile"), dict) else {}
-    return run.get("seed", prof.get("seed")), prof.get("name")
+    return run.get("seed", prof.get("seed")), run.get("profile_name", prof.get("name"))
 
 
 def compare_runs(
@@ -773,18 +836,24 @@ def compare_runs(
     run_b: Path | str | RunData,
     thresholds: dict | None = None,
     *,
-    confidence: float = 0.95,
+    confidence: float | None = None,
     n_boot: int = 1000,
     seed: int = 0,
     steps: bool = True,
 ) -> Comparison:
-    """Compare baseline A with candidate B; see the module docstring for the method."""
-    if not 0.5 < confidence < 1:
-        raise CompareError(f"confidence must be in (0.5, 1), got {confidence}")
+    """Compare baseline A with candidate B; see the module docstring for the method.
+
+    `confidence` defaults to 1 - the profile's `compare.alpha`, else 0.95.
+    """
     if n_boot < 100:
         raise CompareError(f"n_boot must be at least 100, got {n_boot}")
     a = run_a if isinstance(run_a, RunData) else load_run(run_a)
     b = run_b if isinstance(run_b, RunData) else load_run(run_b)
+    if confidence is None:
+        alpha = profile_compare(b.run).get("alpha", profile_compare(a.run).get("alpha", 0.05))
+        confidence = 1.0 - float(alpha) if isinstance(alpha, (int, float)) else 0.95
+    if not 0.5 < confidence < 1:
+        raise CompareError(f"confidence must be in (0.5, 1), got {confidence}")
     th = resolve_thresholds(a.run, b.run, thresholds)
     warnings: list[str] = []
     paired = True
