@@ -160,7 +160,7 @@ class Empirical(_Base):
             assert self.bins is not None
             if self.counts is None or len(self.counts) != len(self.bins) - 1:
                 raise ValueError("counts must have len(bins) - 1 entries")
-            if any(b2 < b1 for b1, b2 in zip(self.bins, self.bins[1:])):
+            if any(b2 < b1 for b1, b2 in zip(self.bins, self.bins[1:], strict=False)):
                 raise ValueError("bins must be ascending")
             _check_weights(self.counts, "counts")
         return self
@@ -228,7 +228,16 @@ def _coerce(v: Any) -> Any:
     return v
 
 
-DIST_KINDS = ("constant", "uniform", "normal", "lognormal", "pareto", "zipf", "empirical", "mixture")
+DIST_KINDS = (
+    "constant",
+    "uniform",
+    "normal",
+    "lognormal",
+    "pareto",
+    "zipf",
+    "empirical",
+    "mixture",
+)
 
 Dist = Annotated[
     Constant | Uniform | Normal | LogNormal | Pareto | Zipf | Empirical | Mixture,
@@ -245,7 +254,9 @@ def constant(value: float) -> Constant:
     return Constant(value=value)
 
 
-def parse_dist(obj: Any) -> Constant | Uniform | Normal | LogNormal | Pareto | Zipf | Empirical | Mixture:
+def parse_dist(
+    obj: Any,
+) -> Constant | Uniform | Normal | LogNormal | Pareto | Zipf | Empirical | Mixture:
     """Validate a profile value (mapping or bare number) into a distribution."""
     return _ADAPTER.validate_python(obj)
 

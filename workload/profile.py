@@ -74,7 +74,9 @@ class ToolSpec(_M):
 
     description: str = Field("", description="Tool description sent in the tool schema.")
     description_tokens: int = Field(
-        0, ge=0, description="Synthetic text appended to the description (tokens), to size the schema."
+        0,
+        ge=0,
+        description="Synthetic text appended to the description (tokens), to size the schema.",
     )
     parameters: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}},
@@ -116,8 +118,12 @@ class OutputSpec(_M):
     tokens: Dist = Field(
         default_factory=lambda: constant(200), description="Output length: sent as max_tokens."
     )
+    final_tokens: Dist | None = Field(
+        None, description="Output length of the last step (the answer); default: tokens."
+    )
     ignore_eos: bool = Field(
-        False, description="Send vLLM `ignore_eos: true` so the server generates exactly max_tokens."
+        False,
+        description="Send vLLM `ignore_eos: true` so the server generates exactly max_tokens.",
     )
     min_tokens: bool = Field(False, description="Send vLLM `min_tokens` equal to max_tokens.")
 
@@ -133,16 +139,24 @@ class ContextPolicy(_M):
             "discard: after each step the session ends with probability discard_probability "
             "(outcome completed, reason discarded; the user starts a new session); rebuild: "
             "with probability rebuild_probability a step follows a break of break_s and re-sends "
-            "the same history under a new cache_salt (a cold prefix cache). Every policy "
-            "compacts when the next request would not fit max_model_len."
+            "the same history under a new cache_salt (a cold prefix cache). Any policy also "
+            "compacts past compact_at_tokens when that is set, and always before a request "
+            "would not fit max_model_len."
         ),
     )
     compact_at_tokens: int | None = Field(
-        None, gt=0, description="Context size (tokens) that triggers compaction (policy compact)."
+        None,
+        gt=0,
+        description="Context size (tokens) that triggers compaction (required by policy compact).",
     )
-    summary_tokens: int = Field(1000, ge=1, description="Size of the summary (tokens) after compaction.")
+    summary_tokens: int = Field(
+        1000, ge=1, description="Size of the summary (tokens) after compaction."
+    )
     discard_probability: float = Field(
-        0.1, ge=0, le=1, description="Per-step probability the session is discarded (policy discard)."
+        0.1,
+        ge=0,
+        le=1,
+        description="Per-step probability the session is discarded (policy discard).",
     )
     rebuild_probability: float = Field(
         0.1, ge=0, le=1, description="Per-step probability of a break + rebuild (policy rebuild)."
@@ -164,12 +178,14 @@ class ContextPolicy(_M):
 
 class RequestSpec(_M):
     endpoint: Literal["chat", "completions"] = Field(
-        "chat", description="/v1/chat/completions (chat) or /v1/completions (history as one prompt)."
+        "chat",
+        description="/v1/chat/completions (chat) or /v1/completions (history as one prompt).",
     )
     stream: bool = Field(True, description="Stream (SSE, with usage on the final chunk) or not.")
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature.")
     priority: int | None = Field(
-        None, description="vLLM `priority` (lower runs first; needs --scheduling-policy priority). Omitted when null."
+        None,
+        description="vLLM `priority` (lower runs first; needs --scheduling-policy priority). Omitted when null.",
     )
     session_id: bool = Field(False, description="Send vLLM `session_id` = the session's id.")
     cache_salt: str | None = Field(
@@ -210,12 +226,26 @@ class CompareThresholds(_M):
     ttft_p95_pct: float = Field(10.0, ge=0, description="Allowed TTFT p95 increase (%).")
     itl_p95_pct: float = Field(10.0, ge=0, description="Allowed ITL p95 increase (%).")
     e2e_p95_pct: float = Field(10.0, ge=0, description="Allowed E2E p95 increase (%).")
-    throughput_pct: float = Field(5.0, ge=0, description="Allowed output-token throughput drop (%).")
+    throughput_pct: float = Field(
+        5.0, ge=0, description="Allowed output-token throughput drop (%)."
+    )
     session_success_pp: float = Field(
         2.0, ge=0, description="Allowed session success ratio drop (percentage points)."
     )
-    cached_ratio_pp: float = Field(5.0, ge=0, description="Allowed cached-token ratio drop (points).")
+    cached_ratio_pp: float = Field(
+        5.0, ge=0, description="Allowed cached-token ratio drop (points)."
+    )
     alpha: float = Field(0.05, gt=0, lt=1, description="Significance level for the A/B tests.")
+
+
+class RunDefaults(_M):
+    """Run shape used when the command line does not say (`agentload run` flags win)."""
+
+    users: int = Field(10, ge=1, description="Concurrent users (sessions in flight).")
+    spawn_rate: float | None = Field(
+        None, gt=0, description="Users started per second (default: all within one second)."
+    )
+    duration_s: float = Field(60.0, gt=0, description="Run length (s).")
 
 
 class TrafficClass(_M):
@@ -232,7 +262,9 @@ class TrafficClass(_M):
         default_factory=lambda: constant(1), description="LLM calls per session (integer, >= 1)."
     )
     max_steps: int = Field(
-        100, ge=1, description="Step budget; in actual mode a session past it is a tool-loop failure."
+        100,
+        ge=1,
+        description="Step budget; in actual mode a session past it is a tool-loop failure.",
     )
     system_prompt: SystemPrompt = Field(default_factory=SystemPrompt, description="Shared prefix.")
     user_turn: Dist = Field(
@@ -251,13 +283,17 @@ class TrafficClass(_M):
         description="Actual mode, on steps that expect a tool call: 'required', 'named' (the planned tool), or 'auto'.",
     )
     think_time_s: Dist = Field(
-        default_factory=lambda: constant(1.0), description="User think time before each user turn (s)."
+        default_factory=lambda: constant(1.0),
+        description="User think time before each user turn (s).",
     )
     context: ContextPolicy = Field(default_factory=ContextPolicy, description="Context policy.")
     request: RequestSpec = Field(default_factory=RequestSpec, description="Request extras.")
     timeouts: Timeouts = Field(default_factory=Timeouts, description="Request timeouts.")
     retries: int = Field(
-        0, ge=0, le=10, description="Re-sends of a failed request (same body, next attempt number) before the session fails."
+        0,
+        ge=0,
+        le=10,
+        description="Re-sends of a failed request (same body, next attempt number) before the session fails.",
     )
     slo: SLO = Field(default_factory=SLO, description="Service-level objectives for this class.")
 
@@ -291,6 +327,7 @@ class Profile(_M):
     """A whole workload: traffic classes plus run-wide settings."""
 
     schema_version: int = Field(SCHEMA_VERSION, description="Profile format version.")
+    name: str = Field("", description="Profile name (default: the file name without .yaml).")
     description: str = Field("", description="One line shown by `agentload profiles list`.")
     extends: str | None = Field(
         None, description="Built-in name or file path this profile overrides (deep merge)."
@@ -303,6 +340,7 @@ class Profile(_M):
     max_error_ratio: float = Field(
         0.05, ge=0, le=1, description="Failed-request ratio above which `agentload run` exits 1."
     )
+    run: RunDefaults = Field(default_factory=RunDefaults, description="Default run shape.")
     compare: CompareThresholds = Field(
         default_factory=CompareThresholds, description="A/B regression thresholds."
     )
@@ -425,7 +463,9 @@ def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
 def _migrate(raw: dict[str, Any], label: str) -> dict[str, Any]:
     v = raw.get("schema_version", SCHEMA_VERSION)
     if not isinstance(v, int) or isinstance(v, bool):
-        raise ProfileError([f"{label}: schema_version: must be an integer (current: {SCHEMA_VERSION})"])
+        raise ProfileError(
+            [f"{label}: schema_version: must be an integer (current: {SCHEMA_VERSION})"]
+        )
     if v > SCHEMA_VERSION:
         raise ProfileError(
             [
@@ -500,6 +540,8 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE, overrides: Iterable[str] =
     path = _resolve(name_or_path)
     raw = _load_raw(path)
     raw = apply_overrides(raw, overrides)
+    if isinstance(raw, dict) and not raw.get("name"):
+        raw["name"] = path.stem
     return validate_profile(raw, label=str(path))
 
 
@@ -550,7 +592,9 @@ def _format_errors(e: ValidationError, raw: dict[str, Any]) -> list[str]:
             if model in _DIST_TAGS:
                 tag = get_args(model.model_fields["dist"].annotation)[0]
                 need = [n for n, f in model.model_fields.items() if n != "dist" and f.is_required()]
-                opt = [n for n, f in model.model_fields.items() if n != "dist" and not f.is_required()]
+                opt = [
+                    n for n, f in model.model_fields.items() if n != "dist" and not f.is_required()
+                ]
                 hint = f" ({tag} needs {', '.join(need) or 'no field'}; optional {', '.join(opt)})"
             lines.append(f"{path}: required field missing{hint}")
             continue

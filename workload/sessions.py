@@ -1,0 +1,627 @@
+"""The session planner: (profile, seed, class, user, session) -> an agent session.
+
+A Session is a small state machine. The Locust user asks it for the next step,
+sleeps what the step says, sends the request and hands back the record::
+
+    session = planner.new_session("agent", user_index, session_index)
+    while (step := session.next_step()) is not None:
+        sleep(step.think_s + step.tool_pause_s)      # user think time / tool execution
+        req = step.request                            # body built here, after the sleep
+        req.request_id = request_id_for(seed, session.session_id, step.step, step.attempt)
+        session.observe(client.exchange(req))
+    # session.outcome, session.reason, session.steps_done -> SessionRecord
+
+Determinism: every random choice comes from numpy Generators seeded with
+(seed, class, user_index, session_index, purpose), so the same seed gives
+byte-identical bodies on any machine and with any number of workers, as long
+as the Locust layer hands out the same global user_index / session_index.
+In scripted history mode the assistant turns are synthesized, so the traffic
+does not depend on the server's replies; in actual mode they are the replies.
+
+Memory: sessions hold (key, n) references to synthetic text plus the shared
+system prompt and tool schemas (one object per class), never rendered copies;
+bodies are rendered on ``StepRequest.request`` access and dropped after.
+
+Failures: a cancelled record ends the session as ``cancelled``; an error is
+retried ``retries`` times (same body, next attempt number), then ends the
+session as ``tool_loop_failure`` when the step produced or consumed a tool call
+(DESIGN: a stalled tool loop is a tool-loop failure) and ``failed`` otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+
+from workload.payloads import PATHS, BodyOptions, build_body
+from workload.profile import Profile, ProfileError, TrafficClass
+from workload.prompts import PromptSynth, stable_key, synth_for
+from workload.records import STATUS_CANCELLED, RequestRecord
+from workload.tokens import Tokenizer
+
+MSG_OVERHEAD = 8  # chat-template tokens per message, a generous allowance
+TEMPLATE_MARGIN = 256  # tokens kept free for the chat template and tool-format preamble
+_CALL_TOKENS = 64  # allowance for an assistant tool-call message
+MIN_ROOM = 16  # the least new content and output a step is ever given
+
+# Per-session random streams (one numpy Generator each).
+_PLAN, _SIZES, _TIMES = 0, 1, 2
+
+
+class _Msg:
+    """One history message: text as a (key, n) reference, a shared string, or literal."""
+
+    __slots__ = ("role", "key", "n", "text", "tool_calls", "tool_call_id", "tokens")
+
+    def __init__(
+        self,
+        role: str,
+        *,
+        key: int = 0,
+        n: int = 0,
+        text: str | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
+        tool_call_id: str | None = None,
+        tokens: int = 0,
+    ) -> None:
+        self.role = role
+        self.key = key
+        self.n = n
+        self.text = text
+        self.tool_calls = tool_calls
+        self.tool_call_id = tool_call_id
+        self.tokens = (tokens or n) + MSG_OVERHEAD
+
+    def render(self, synth: PromptSynth) -> dict[str, Any]:
+        content = (
+            self.text
+            if self.text is not None
+            else (synth.text(self.key, self.n) if self.n else None)
+        )
+        d: dict[str, Any] = {"role": self.role, "content": content}
+        if self.tool_calls:
+            d["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            d["tool_call_id"] = self.tool_call_id
+        if d["content"] is None and self.role != "assistant":
+            d["content"] = ""
+        return d
+
+
+class StepRequest:
+    """One step to send. ``request`` (and ``body``) are built on first access: sleep first."""
+
+    __slots__ = (
+        "step",
+        "attempt",
+        "think_s",
+        "tool_pause_s",
+        "expects_tool_call",
+        "consumes_tool_result",
+        "planned_tool",
+        "max_tokens",
+        "prompt_tokens_est",
+        "cacheable_tokens_est",
+        "endpoint",
+        "path",
+        "stream",
+        "timeout_s",
+        "stall_timeout_s",
+        "user_class",
+        "session_id",
+        "_render",
+        "_body",
+    )
+
+    def __init__(self, **kw: Any) -> None:
+        self._body: bytes | None = None
+        self.prompt_tokens_est = 0  # system + tools + history, estimated (allowances included)
+        self.cacheable_tokens_est = 0  # of those, an ideal prefix cache would hold
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+    @property
+    def body(self) -> bytes:
+        """The exact request body (deterministic per seed)."""
+        if self._body is None:
+            self._body = self._render()
+        return self._body
+
+    @property
+    def request(self) -> Any:
+        """A fresh ``workload.client.PreparedRequest`` (request_id "" for the caller to fill)."""
+        from workload.client import PreparedRequest
+
+        return PreparedRequest(
+            path=self.path,
+            body=self.body,
+            stream=self.stream,
+            endpoint=self.endpoint,
+            request_id="",
+            timeout_s=self.timeout_s,
+            stall_timeout_s=self.stall_timeout_s,
+            user_class=self.user_class,
+            session_id=self.session_id,
+            step=self.step,
+            attempt=self.attempt,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"StepRequest(step={self.step}, attempt={self.attempt}, think_s={self.think_s:.3f}, "
+            f"tool_pause_s={self.tool_pause_s:.3f}, expects_tool_call={self.expects_tool_call})"
+        )
+
+
+class _ClassPlan:
+    """What every session of one class shares: prefix text, tool schemas, limits."""
+
+    def __init__(self, planner: SessionPlanner, name: str, spec: TrafficClass) -> None:
+        prof = planner.profile
+        synth = planner.synth
+        self.name = name
+        self.spec = spec
+        self.key32 = stable_key("class", name) & 0xFFFFFFFF
+        share = spec.system_prompt.share
+        self.share_session = share == "session"
+        group = {"class": f"class:{name}", "global": "global"}.get(share, f"group:{share}")
+        self.system_name = f"{planner.seed}:{group}"
+        self.system_tokens = spec.system_prompt.tokens
+        self.system_text = (
+            None if self.share_session else synth.shared(self.system_name, self.system_tokens)
+        )
+        self.tool_names = list(spec.tools)
+        w = np.asarray([spec.tools[t] * prof.tools[t].weight for t in self.tool_names], dtype=float)
+        self.tool_p = w / w.sum() if len(w) else w
+        self.tools: list[dict[str, Any]] | None = None
+        self.tools_tokens = 0
+        if self.tool_names:
+            self.tools = []
+            for t in self.tool_names:
+                ts = prof.tools[t]
+                desc = ts.description
+                if ts.description_tokens:
+                    desc += synth.shared(f"{planner.seed}:tool:{t}", ts.description_tokens)
+                self.tools.append(
+                    {
+                        "type": "function",
+                        "function": {"name": t, "description": desc, "parameters": ts.parameters},
+                    }
+                )
+            self.tools_tokens = synth.count(orjson.dumps(self.tools).decode()) + 16 * len(
+                self.tools
+            )
+        self.prefix_tokens = self.system_tokens + MSG_OVERHEAD + self.tools_tokens
+        self.fixed = self.prefix_tokens + TEMPLATE_MARGIN
+        self.compact_at = spec.context.compact_at_tokens  # any policy may also compact
+
+
+class SessionPlanner:
+    """Pure planner: the same (profile, seed, class, user_index, session_index) -> the same session."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        tokenizer: Tokenizer,
+        *,
+        model: str,
+        max_model_len: int | None,
+        seed: int | None = None,
+        synth: PromptSynth | None = None,
+    ) -> None:
+        self.profile = profile
+        self.tokenizer = tokenizer
+        self.model = model
+        self.max_model_len = max_model_len
+        self.seed = profile.seed if seed is None else seed
+        self.synth = synth or synth_for(tokenizer)
+        self.warnings: list[str] = []  # profile shapes the server forces us to clip
+        self.classes = {n: _ClassPlan(self, n, c) for n, c in profile.classes.items()}
+        problems = [p for cp in self.classes.values() for p in self._fit_problems(cp)]
+        if problems:
+            raise ProfileError(problems)
+
+    def _fit_problems(self, cp: _ClassPlan) -> list[str]:
+        """Fixed parts that cannot fit are errors; variable sizes past the room are clipped."""
+        if self.max_model_len is None:
+            return []
+        spec = cp.spec
+        summ = spec.context.summary_tokens
+        need = cp.fixed + summ + MSG_OVERHEAD * 3 + 2 * MIN_ROOM
+        if need > self.max_model_len:
+            return [
+                f"classes.{cp.name}: cannot fit max_model_len {self.max_model_len}: system prompt "
+                f"{cp.system_tokens} + tool schemas {cp.tools_tokens} + summary {summ} + template "
+                f"margin {TEMPLATE_MARGIN} + room for a turn and an answer ({2 * MIN_ROOM}) = "
+                f"{need} tokens; shrink them or use a server with a longer context"
+            ]
+        tool_ub = max(
+            (self.profile.tools[t].result_tokens.upper_bound() for t in cp.tool_names), default=0
+        )
+        turn = max(spec.user_turn.upper_bound(), tool_ub + _CALL_TOKENS)
+        out = spec.output.tokens.upper_bound()
+        if spec.output.final_tokens is not None:
+            out = max(out, spec.output.final_tokens.upper_bound())
+        room = self.max_model_len - cp.fixed - MSG_OVERHEAD * 2
+        if turn + out > room:
+            self.warnings.append(
+                f"classes.{cp.name}: a turn of up to {int(turn)} tokens plus an output of up to "
+                f"{int(out)} tokens can exceed max_model_len {self.max_model_len}; such samples "
+                f"are clipped to fit"
+            )
+        return []
+
+    def class_names(self) -> list[str]:
+        """Traffic class names in profile order."""
+        return list(self.classes)
+
+    def new_session(self, class_name: str, user_index: int, session_index: int) -> Session:
+        """The session for (class, user, session) under this planner's seed."""
+        return Session(self, self.classes[class_name], user_index, session_index)
+
+
+class Session:
+    """One agent session (a task): steps out, records in. See the module docstring."""
+
+    __slots__ = (
+        "_p",
+        "_c",
+        "session_id",
+        "class_name",
+        "user_index",
+        "session_index",
+        "steps_planned",
+        "steps_done",
+        "outcome",
+        "reason",
+        "compactions",
+        "rebuilds",
+        "tool_calls",
+        "_key",
+        "_rng",
+        "_system",
+        "_history",
+        "_ctx",
+        "_pending_calls",
+        "_cur",
+        "_retry",
+        "_n_call",
+    )
+
+    def __init__(
+        self, planner: SessionPlanner, cp: _ClassPlan, user_index: int, session_index: int
+    ):
+        self._p = planner
+        self._c = cp
+        self.class_name = cp.name
+        self.user_index = user_index
+        self.session_index = session_index
+        self._key = stable_key(planner.seed, cp.name, user_index, session_index)
+        self.session_id = f"{cp.name}-u{user_index}-s{session_index}-{self._key & 0xFFFFFFFF:08x}"
+        base = [planner.seed & 0xFFFFFFFF, cp.key32, user_index, session_index]
+        self._rng = [np.random.default_rng([*base, s]) for s in (_PLAN, _SIZES, _TIMES)]
+        self.steps_planned = cp.spec.steps.sample_int(self._rng[_PLAN], lo=1)
+        self.steps_done = 0
+        self.outcome: str | None = None
+        self.reason: str | None = None
+        self.compactions = 0
+        self.rebuilds = 0
+        self.tool_calls = 0
+        self._system = (
+            _Msg("system", key=stable_key(self._key, "system"), n=cp.system_tokens)
+            if cp.share_session
+            else _Msg("system", text=cp.system_text, tokens=cp.system_tokens)
+        )
+        self._history: list[_Msg] = []
+        self._ctx = 0  # history tokens (estimate: exact content + per-message allowance)
+        self._pending_calls: list[tuple[str, str]] = []  # (call id, tool name) awaiting results
+        self._cur: StepRequest | None = None
+        self._retry = False
+        self._n_call = 0
+
+    # ------------------------------------------------------------ planning
+    def _content_key(self, *parts: object) -> int:
+        return stable_key(self._key, *parts)
+
+    def next_step(self) -> StepRequest | None:
+        """The next request to send, or None when the session is over (see outcome)."""
+        if self.outcome is not None:
+            return None
+        if self._retry and self._cur is not None:
+            self._retry = False
+            cur = self._cur
+            cur.attempt += 1
+            cur.think_s = cur.tool_pause_s = 0.0
+            return cur
+        spec = self._c.spec
+        k = self.steps_done + 1
+        actual = self._p.profile.history == "actual"
+        if actual and k > spec.max_steps:
+            self._end("tool_loop_failure", "step budget exceeded")
+            return None
+        sizes, times, plan = self._rng[_SIZES], self._rng[_TIMES], self._rng[_PLAN]
+        think = pause = 0.0
+        new: list[_Msg] = []
+        consumes_tool = bool(self._pending_calls)
+        if consumes_tool:
+            lat = 0.0
+            for call_id, name in self._pending_calls:
+                tool = self._p.profile.tools.get(name)
+                if tool is None:  # actual mode: reported at observe; keep history well-formed
+                    new.append(
+                        _Msg("tool", text="error: unknown tool", tool_call_id=call_id, tokens=4)
+                    )
+                    continue
+                lat = max(lat, tool.latency_s.sample(times))
+                n = tool.result_tokens.sample_int(sizes, lo=1)
+                if plan.random() < tool.error_probability:
+                    new.append(
+                        _Msg(
+                            "tool",
+                            text="error: " + name + " failed",
+                            tool_call_id=call_id,
+                            tokens=6,
+                        )
+                    )
+                else:
+                    new.append(
+                        _Msg(
+                            "tool",
+                            key=self._content_key("tool", k, call_id),
+                            n=n,
+                            tool_call_id=call_id,
+                        )
+                    )
+            pause = max(0.0, lat)
+            self._pending_calls = []
+        else:
+            n = spec.user_turn.sample_int(sizes, lo=1)
+            new.append(_Msg("user", key=self._content_key("user", k), n=n))
+            think = max(0.0, spec.think_time_s.sample(times))
+        rebuilt = False
+        if (
+            spec.context.policy == "rebuild"
+            and k > 1
+            and plan.random() < spec.context.rebuild_probability
+        ):
+            rebuilt = True
+            self.rebuilds += 1
+            think += max(0.0, spec.context.break_s.sample(times))
+        last = k >= self.steps_planned
+        out_dist = (
+            spec.output.final_tokens if last and spec.output.final_tokens else spec.output.tokens
+        )
+        out = out_dist.sample_int(sizes, lo=1)
+        expects = k < self.steps_planned and plan.random() < spec.tool_call_probability
+        planned_tool = None
+        if expects:
+            planned_tool = self._c.tool_names[
+                int(plan.choice(len(self._c.tool_names), p=self._c.tool_p))
+            ]
+        compactions = self.compactions
+        out = self._fit(new, out, consumes_tool)
+        c = self._c
+        shared = 0 if c.share_session else c.prefix_tokens
+        if rebuilt:
+            cacheable = 0  # a new cache_salt: nothing cached under it yet
+        elif k == 1 or self.compactions != compactions:
+            cacheable = shared
+        else:
+            cacheable = c.prefix_tokens + self._ctx
+        self._history.extend(new)
+        self._ctx += sum(m.tokens for m in new)
+        self._cur = self._make_step(k, think, pause, consumes_tool, planned_tool, out, expects)
+        self._cur.prompt_tokens_est = c.prefix_tokens + self._ctx
+        self._cur.cacheable_tokens_est = cacheable
+        return self._cur
+
+    def _fit(self, new: list[_Msg], out: int, consumes_tool: bool) -> int:
+        """Compact (policy or max_model_len) before the request; returns max_tokens that fits."""
+        c = self._c
+        new_tokens = sum(m.tokens for m in new)
+        limit = self._p.max_model_len
+        total = c.fixed + self._ctx + new_tokens + out
+        over_policy = c.compact_at is not None and c.fixed + self._ctx + new_tokens > c.compact_at
+        floor = c.spec.context.summary_tokens + 2 * MSG_OVERHEAD + _CALL_TOKENS
+        if (over_policy or (limit is not None and total > limit)) and self._ctx > floor:
+            self._compact(keep_last=consumes_tool)
+        if limit is None:
+            return out
+        room = limit - c.fixed - self._ctx - MSG_OVERHEAD * len(new)
+        if room - out < sum(m.n for m in new):
+            # Samples past the validated bounds: shrink the new content, then the output.
+            excess = sum(m.n for m in new) + out - room
+            for m in reversed(new):
+                cut = min(excess, max(0, m.n - 1))
+                m.n -= cut
+                m.tokens -= cut
+                excess -= cut
+            out = max(1, out - max(0, excess))
+        return out
+
+    def _compact(self, keep_last: bool) -> None:
+        # The history becomes one summary message (new bytes: the cached prefix breaks after
+        # the system prompt); a pending tool call stays so its result still has a caller.
+        keep = [self._history[-1]] if keep_last and self._history[-1].tool_calls else []
+        self.compactions += 1
+        n = self._c.spec.context.summary_tokens
+        summary = _Msg("user", key=self._content_key("summary", self.compactions), n=n)
+        self._history = [summary, *keep]
+        self._ctx = sum(m.tokens for m in self._history)
+
+    def _make_step(
+        self,
+        k: int,
+        think: float,
+        pause: float,
+        tool_step: bool,
+        planned_tool: str | None,
+        out: int,
+        expects: bool,
+    ) -> StepRequest:
+        spec = self._c.spec
+        req = spec.request
+        actual = self._p.profile.history == "actual"
+        salt = req.cache_salt
+        if self.rebuilds:
+            salt = f"{salt or self.session_id}-r{self.rebuilds}"
+        tool_choice: Any = req.tool_choice
+        if actual and expects:
+            if spec.tool_choice == "named":
+                tool_choice = {"type": "function", "function": {"name": planned_tool}}
+            else:
+                tool_choice = spec.tool_choice
+        elif actual:
+            tool_choice = "auto"
+        opts = BodyOptions(
+            model=self._p.model,
+            max_tokens=out,
+            stream=req.stream,
+            temperature=req.temperature,
+            tool_choice=tool_choice,
+            priority=req.priority,
+            ignore_eos=spec.output.ignore_eos,
+            min_tokens=out if spec.output.min_tokens else None,
+            session_id=self.session_id if req.session_id else None,
+            cache_salt=salt,
+        )
+        msgs = [self._system, *self._history]  # a snapshot of references, not of text
+        synth = self._p.synth
+        tools = self._c.tools
+        endpoint = req.endpoint
+
+        def render() -> bytes:
+            return build_body(endpoint, [m.render(synth) for m in msgs], tools, opts)[1]
+
+        return StepRequest(
+            step=k,
+            attempt=0,
+            think_s=think,
+            tool_pause_s=pause,
+            expects_tool_call=expects,
+            consumes_tool_result=tool_step,
+            planned_tool=planned_tool,
+            max_tokens=out,
+            endpoint=endpoint,
+            path=PATHS[endpoint],
+            stream=req.stream,
+            timeout_s=spec.timeouts.request_s,
+            stall_timeout_s=spec.timeouts.stall_s,
+            user_class=self.class_name,
+            session_id=self.session_id,
+            _render=render,
+        )
+
+    # ------------------------------------------------------------ observing
+    def observe(self, record: RequestRecord) -> None:
+        """Take the record of the step just sent; may end the session (outcome, reason)."""
+        cur = self._cur
+        if cur is None or self.outcome is not None:
+            return
+        cur._body = None  # the body is not needed any more; keep idle sessions small
+        if record.status == STATUS_CANCELLED:
+            self._end("cancelled", "cancelled")
+            return
+        if not record.ok:
+            if cur.attempt < self._c.spec.retries:
+                self._retry = True
+                return
+            kind = record.error_kind or "error"
+            if cur.expects_tool_call or cur.consumes_tool_result:
+                self._end("tool_loop_failure", f"{kind} on a tool step")
+            else:
+                self._end("failed", kind)
+            return
+        self.steps_done += 1
+        spec = self._c.spec
+        if self._p.profile.history == "actual":
+            if not self._observe_actual(record, cur):
+                return
+            done = self.steps_done >= self.steps_planned and not self._pending_calls
+        else:
+            self._observe_scripted(cur)
+            done = self.steps_done >= self.steps_planned
+        if done:
+            self._end("completed", None)
+        elif (
+            spec.context.policy == "discard"
+            and self._rng[_PLAN].random() < spec.context.discard_probability
+        ):
+            self._end("completed", "discarded")
+
+    def _observe_scripted(self, cur: StepRequest) -> None:
+        if cur.planned_tool is not None:
+            self._add_calls([(cur.planned_tool, self._arguments(cur.planned_tool, cur.step))])
+        else:
+            self._append(
+                _Msg("assistant", key=self._content_key("assistant", cur.step), n=cur.max_tokens)
+            )
+
+    def _observe_actual(self, record: RequestRecord, cur: StepRequest) -> bool:
+        calls = record.tool_calls or []
+        if cur.planned_tool is not None and not calls:
+            self._end("tool_loop_failure", "missing tool call")
+            return False
+        for c in calls:
+            if not c.get("arguments_valid", True):
+                self._end("tool_loop_failure", "malformed tool call")
+                return False
+            if c.get("name") not in self._c.spec.tools:
+                self._end("tool_loop_failure", f"unknown tool {c.get('name')!r}")
+                return False
+        text = record.text or None
+        if calls:
+            self._add_calls([(c["name"], c.get("arguments") or "{}") for c in calls], text, record)
+        else:
+            n = record.completion_tokens or (self._p.synth.count(text) if text else 0)
+            self._append(_Msg("assistant", text=text or "", tokens=n))
+        return True
+
+    def _add_calls(
+        self,
+        calls: list[tuple[str, str]],
+        text: str | None = None,
+        record: RequestRecord | None = None,
+    ) -> None:
+        out = []
+        for name, args in calls:
+            self._n_call += 1
+            call_id = f"call_{self._key & 0xFFFFFFFF:08x}_{self._n_call}"
+            out.append(
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+            )
+            self._pending_calls.append((call_id, name))
+        self.tool_calls += len(calls)
+        toks = (record.completion_tokens if record else None) or _CALL_TOKENS * len(calls)
+        self._append(_Msg("assistant", text=text, tool_calls=out, tokens=toks))
+
+    def _append(self, m: _Msg) -> None:
+        self._history.append(m)
+        self._ctx += m.tokens
+
+    def _arguments(self, tool: str, step: int) -> str:
+        """Synthetic arguments that fit the tool's JSON schema (deterministic per session/step)."""
+        props = self._p.profile.tools[tool].parameters.get("properties", {})
+        args: dict[str, Any] = {}
+        for i, (name, sch) in enumerate(sorted(props.items())):
+            t = sch.get("type") if isinstance(sch, dict) else None
+            key = self._content_key("arg", step, i)
+            if t == "integer" or t == "number":
+                args[name] = key % 500
+            elif t == "boolean":
+                args[name] = bool(key & 1)
+            elif t == "array":
+                args[name] = [self._p.synth.text(key, 2).strip()]
+            elif t == "object":
+                args[name] = {}
+            else:
+                args[name] = self._p.synth.text(key, 3 + key % 6).strip()
+        return orjson.dumps(args, option=orjson.OPT_SORT_KEYS).decode()
+
+    def _end(self, outcome: str, reason: str | None) -> None:
+        self.outcome = outcome
+        self.reason = reason
+        self._cur = None
+        self._history = []  # an ended session holds nothing
