@@ -283,7 +283,7 @@ def scrape_summary(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     def counter_delta(name: str) -> float | None:
         return _delta(first.get("counters", {}).get(name), last.get("counters", {}).get(name))
 
-    def labelled_delta(name: str) -> dict[str, float] | None:
+    def labelled_delta(name: str) -> dict[str, float | None] | None:
         a, b = first.get("labelled", {}).get(name), last.get("labelled", {}).get(name)
         if b is None:
             return None
@@ -318,7 +318,7 @@ def scrape_summary(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             else None
         )
     out["gauges"] = gauges
-    hist_deltas = {}
+    hist_deltas: dict[str, dict[str, float | None] | None] = {}
     for name in HISTOGRAMS:
         a, b = first.get("histograms", {}).get(name), last.get("histograms", {}).get(name)
         if b is None:

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -203,8 +204,9 @@ class LatencyHistogram:
     def bucket_counts(self) -> dict[int, int]:
         """Non-zero HDR counts by index (for exactness checks and plots)."""
         self._flush()
-        h = self._hdr
-        return {i: h.get_count_at_index(i) for i in range(h.counts_len) if h.get_count_at_index(i)}
+        counts = np.ctypeslib.as_array(self._hdr.counts)
+        nz = np.flatnonzero(counts)
+        return dict(zip(nz.tolist(), counts[nz].tolist(), strict=True))
 
 
 def _hdr_index(h: HdrHistogram, us: np.ndarray) -> np.ndarray:
@@ -221,27 +223,32 @@ def _hdr_index(h: HdrHistogram, us: np.ndarray) -> np.ndarray:
     return ((bucket + 1) << m) + (sub_bucket - h.sub_bucket_half_count)
 
 
+@dataclass(slots=True)
 class SpecDecodeStats:
     """Client-side speculative-decoding sums; integers only, so merging is exact."""
 
-    FIELDS = (
+    requests_with_stats: int = 0
+    requests_without_stats: int = 0
+    accepted_tokens: int = 0
+    draft_tokens: int = 0
+    spec_steps: int = 0
+    acc_len_sum_u: int = 0  # Σ L, micro-units
+    acc_len_tw_num_u: int = 0  # Σ (a+s)·L, micro-units
+    acc_len_tw_den: int = 0  # Σ (a+s)
+    pooled_requests: int = 0  # requests that reported both a and s
+    histogram: list[int] = field(default_factory=list)
+
+    FIELDS: ClassVar[tuple[str, ...]] = (
         "requests_with_stats",
         "requests_without_stats",
         "accepted_tokens",
         "draft_tokens",
         "spec_steps",
-        "acc_len_sum_u",  # Σ L, micro-units
-        "acc_len_tw_num_u",  # Σ (a+s)·L, micro-units
-        "acc_len_tw_den",  # Σ (a+s)
-        "pooled_requests",  # requests that reported both a and s
+        "acc_len_sum_u",
+        "acc_len_tw_num_u",
+        "acc_len_tw_den",
+        "pooled_requests",
     )
-
-    __slots__ = (*FIELDS, "histogram")
-
-    def __init__(self) -> None:
-        for f in self.FIELDS:
-            setattr(self, f, 0)
-        self.histogram: list[int] = []
 
     def add(self, spec: Mapping[str, Any] | None) -> None:
         if not spec:
