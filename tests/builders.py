@@ -154,13 +154,22 @@ def write_run(path: Path, spec: RunSpec | None = None, **overrides: Any) -> Path
             mw.write(
                 {
                     "t": t0 + 5 * k,
-                    "metrics": {
-                        "vllm:kv_cache_usage_perc": 0.3 + 0.4 * k / (spec.duration_s / 5),
-                        "vllm:num_requests_running": 8 + k % 3,
-                        "vllm:num_requests_waiting": k % 4,
-                        "vllm:num_preemptions_total": k // 10,
-                        "vllm:prefix_cache_queries_total": 1000.0 * k,
-                        "vllm:prefix_cache_hits_total": 600.0 * k,
+                    # workload.server.MetricsScraper sample shape
+                    "values": {
+                        "gauges": {
+                            "vllm:kv_cache_usage_perc": 0.3 + 0.4 * k / (spec.duration_s / 5),
+                            "vllm:num_requests_running": 8.0 + k % 3,
+                            "vllm:num_requests_waiting": float(k % 4),
+                        },
+                        "counters": {
+                            "vllm:num_preemptions_total": float(k // 10),
+                            "vllm:prefix_cache_queries_total": 1000.0 * k,
+                            "vllm:prefix_cache_hits_total": 600.0 * k,
+                        },
+                        "labelled": {},
+                        "histograms": {},
+                        "cache_config": [{"block_size": "16", "num_gpu_blocks": "4096"}],
+                        "engines": ["0"],
                     },
                 }
             )

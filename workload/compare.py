@@ -781,9 +781,18 @@ def metric_series(rows: list[dict[str, Any]]) -> dict[str, list[tuple[float, flo
         t = next((row[k] for k in _TIME_KEYS if isinstance(row.get(k), (int, float))), None)
         if t is None:
             continue
-        data = row.get("metrics", row.get("values", row.get("samples")))
+        data = row.get("values", row.get("metrics", row.get("samples")))
         if not isinstance(data, dict):
+            if "error" in row:
+                continue  # a failed scrape
             data = {k: v for k, v in row.items() if k not in _TIME_KEYS}
+        if any(g in data for g in ("gauges", "counters", "labelled")):
+            # workload.server.parse_metrics shape; histograms and cache config are not series
+            data = {
+                **(data.get("gauges") or {}),
+                **(data.get("counters") or {}),
+                **(data.get("labelled") or {}),
+            }
         acc: dict[str, float] = {}
         for k, v in data.items():
             add(float(t), str(k), v)

@@ -1,0 +1,197 @@
+"""compare: verdicts on synthetic run directories with known differences."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import orjson
+import pytest
+
+from tests.builders import ClassSpec, write_run
+from workload.compare import (
+    VERDICT_BETTER,
+    VERDICT_SAME,
+    VERDICT_WORSE,
+    CompareError,
+    _quantile_sorted,
+    compare_runs,
+    load_run,
+    main_compare,
+    resolve_thresholds,
+)
+
+
+def _classes(n: int = 150) -> dict[str, ClassSpec]:
+    return {
+        "interactive": ClassSpec(sessions=n, steps=4),
+        "background": ClassSpec(sessions=n // 5, steps=2),
+    }
+
+
+@pytest.fixture
+def base(tmp_path):
+    return write_run(tmp_path / "a", classes=_classes(), noise_seed=1)
+
+
+def _row(cmp, scope, metric):
+    return next(m for m in cmp.metrics if m.scope == scope and m.metric == metric)
+
+
+def test_same_traffic_is_no_detectable_change(tmp_path, base):
+    b = write_run(tmp_path / "b", run_id="run-b", classes=_classes(), noise_seed=2)
+    cmp = compare_runs(base, b)
+    assert cmp.verdict == VERDICT_SAME
+    assert cmp.exit_code == 0
+    assert cmp.fingerprint_diff == []
+    ttft = _row(cmp, "overall", "ttft_p95")
+    assert ttft.gated and ttft.paired_share == 1.0
+    assert ttft.ci[0] < 0 < ttft.ci[1]
+
+
+def test_identical_runs_have_zero_change(base):
+    cmp = compare_runs(base, base)
+    assert cmp.verdict == VERDICT_SAME
+    assert _row(cmp, "overall", "ttft_p95").change == 0.0
+
+
+def test_twenty_percent_slower_ttft_is_worse(tmp_path, base):
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2, ttft_scale=1.2)
+    cmp = compare_runs(base, b)
+    assert cmp.verdict == VERDICT_WORSE
+    assert cmp.exit_code == 3
+    row = _row(cmp, "overall", "ttft_p95")
+    assert row.verdict == VERDICT_WORSE
+    assert 0.1 < row.change < 0.3 and row.ci[0] > 0
+    # ITL did not change
+    assert _row(cmp, "overall", "itl_p95").verdict == VERDICT_SAME
+    assert "VERDICT: WORSE" in cmp.render_text()
+
+
+def test_faster_ttft_is_better_and_passes(tmp_path, base):
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2, ttft_scale=0.8)
+    cmp = compare_runs(base, b)
+    assert cmp.verdict == VERDICT_BETTER
+    assert cmp.exit_code == 0
+
+
+def test_small_change_under_half_threshold_is_not_flagged(tmp_path, base):
+    # 3 % is real (identical noise, so the interval excludes 0) but below threshold/2.
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=1, ttft_scale=1.03)
+    row = _row(compare_runs(base, b), "overall", "ttft_p95")
+    assert row.ci[0] > 0
+    assert row.verdict == VERDICT_SAME
+
+
+def test_failed_sessions_are_worse(tmp_path, base):
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2, failed_sessions=0.2)
+    cmp = compare_runs(base, b)
+    assert cmp.verdict == VERDICT_WORSE
+    assert _row(cmp, "overall", "session_success_ratio").verdict == VERDICT_WORSE
+    assert _row(cmp, "overall", "error_ratio").verdict == VERDICT_WORSE
+    assert cmp.error_kinds["b"]["overall"]["http_status"] > 0
+
+
+def test_fewer_completed_sessions_are_worse(tmp_path, base):
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2, session_share=0.5)
+    cmp = compare_runs(base, b)
+    assert _row(cmp, "overall", "completed_sessions").verdict == VERDICT_WORSE
+    assert cmp.exit_code == 3
+
+
+def test_tool_loop_failures_are_worse(tmp_path, base):
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2, tool_loop_failures=0.1)
+    cmp = compare_runs(base, b)
+    assert _row(cmp, "overall", "tool_loop_failure_ratio").verdict == VERDICT_WORSE
+
+
+def test_fingerprint_and_labels_diff_listed(tmp_path, base):
+    fp = {
+        "version": {"value": "0.29.0", "source": "/version"},
+        "num_gpu_blocks": {"value": 4096, "source": "/metrics cache_config_info"},
+        "model_runner": {"value": "v2", "source": "server log"},
+    }
+    b = write_run(
+        tmp_path / "b", classes=_classes(), noise_seed=2, fingerprint=fp, labels={"runner": "v2"}
+    )
+    cmp = compare_runs(base, b)
+    diff = {d["field"]: d for d in cmp.fingerprint_diff}
+    assert set(diff) == {"fingerprint.version", "fingerprint.model_runner", "labels.runner"}
+    assert (
+        diff["fingerprint.version"]["a"] == "0.28.0"
+        and diff["fingerprint.version"]["b"] == "0.29.0"
+    )
+    assert diff["fingerprint.model_runner"]["source_b"] == "server log"
+    assert "fingerprint.version" in cmp.render_text()
+
+
+def test_thresholds_from_profile_then_flags(tmp_path):
+    a = write_run(tmp_path / "a", classes=_classes(), compare={"ttft_p95_pct": 50.0, "alpha": 0.1})
+    b = write_run(
+        tmp_path / "b",
+        classes=_classes(),
+        noise_seed=2,
+        ttft_scale=1.2,
+        compare={"ttft_p95_pct": 50.0, "alpha": 0.1},
+    )
+    cmp = compare_runs(a, b)
+    assert cmp.thresholds["ttft_p95"] == 50.0
+    assert cmp.confidence == pytest.approx(0.9)
+    assert _row(cmp, "overall", "ttft_p95").verdict == VERDICT_SAME  # +20 % < 50 % / 2
+    cmp = compare_runs(a, b, {"ttft_p95": 10})
+    assert _row(cmp, "overall", "ttft_p95").verdict == VERDICT_WORSE
+    cmp = compare_runs(a, b, {"ttft_p95": None, "ttft_p50": None})
+    assert not _row(cmp, "overall", "ttft_p95").gated
+
+
+def test_unknown_threshold_is_bad_input():
+    with pytest.raises(CompareError, match="unknown threshold"):
+        resolve_thresholds({}, {}, {"ttft_p97": 5})
+
+
+def test_different_seeds_are_not_paired(tmp_path, base):
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2, seed=43)
+    cmp = compare_runs(base, b)
+    assert any("not paired" in w for w in cmp.warnings)
+    assert _row(cmp, "overall", "ttft_p95").paired_share == 0.0
+
+
+def test_interleaved_blocks_merge_with_block_prefixed_sessions(tmp_path, base):
+    root = tmp_path / "blocks"
+    for i in range(2):
+        write_run(root / f"block-{i}", classes=_classes(30), noise_seed=10 + i)
+    data = load_run(root)
+    assert len({s["session_id"] for s in data.sessions}) == 2 * (30 + 6)
+    assert data.duration_s == pytest.approx(240.0)
+
+
+def test_to_dict_is_json(tmp_path, base):
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2)
+    d = compare_runs(base, b).to_dict()
+    back = json.loads(orjson.dumps(d))
+    assert back["verdict"] == VERDICT_SAME and back["exit_code"] == 0
+    assert any(m["metric"] == "ttft_p95" and m["gated"] for m in back["metrics"])
+
+
+def test_quantile_matches_numpy_inverted_cdf():
+    rng = np.random.default_rng(3)
+    for n in (1, 7, 100, 1001):
+        v = np.sort(rng.lognormal(size=n))
+        for q in (0.5, 0.95, 0.99):
+            assert _quantile_sorted(v, q) == np.percentile(v, 100 * q, method="inverted_cdf")
+
+
+def test_main_compare_exit_codes(tmp_path, base, capsys):
+    same = write_run(tmp_path / "same", classes=_classes(), noise_seed=2)
+    slow = write_run(tmp_path / "slow", classes=_classes(), noise_seed=2, ttft_scale=1.3)
+    assert main_compare([str(base), str(same), "--json", str(tmp_path / "c.json")]) == 0
+    assert json.loads((tmp_path / "c.json").read_text())["exit_code"] == 0
+    assert main_compare([str(base), str(slow), "--html", str(tmp_path / "c.html")]) == 3
+    assert (tmp_path / "c.html").exists()
+    capsys.readouterr()
+    assert main_compare([str(base), str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a run directory" in err
+    assert main_compare([str(base), str(same), "--threshold", "ttft_p95"]) == 2
+    assert main_compare([str(base)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
