@@ -610,10 +610,20 @@ def _format_errors(e: ValidationError, raw: dict[str, Any]) -> list[str]:
             msg = msg[len("Value error, ") :]
         elif msg.startswith("Input should be "):
             msg = "must be " + msg[len("Input should be ") :]
+            for words, sym in _COMPARISONS:
+                msg = msg.replace(words, sym)
         if typ in ("model_type", "model_attributes_type", "dict_type"):
             msg = f"expected a mapping, got {type(err.get('input')).__name__}"
         lines.append(f"{path}: {msg}")
     return lines
+
+
+_COMPARISONS = (
+    ("greater than or equal to", ">="),
+    ("less than or equal to", "<="),
+    ("greater than", ">"),
+    ("less than", "<"),
+)
 
 
 def _dist_names() -> list[str]:
