@@ -1,0 +1,143 @@
+"""report: self-contained HTML, escaping, and a real render in headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.builders import write_run
+from workload.compare import compare_runs
+from workload.report import main_report, write_compare_report, write_run_report
+
+EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+@pytest.fixture
+def evil_run(tmp_path):
+    fp = {
+        "version": {"value": EVIL, "source": "/version"},
+        "model": {"value": EVIL, "source": "/v1/models"},
+    }
+    return write_run(tmp_path / "a", model=EVIL, fingerprint=fp, labels={"team": EVIL})
+
+
+@pytest.fixture
+def comparison(tmp_path, evil_run):
+    b = write_run(
+        tmp_path / "b", run_id="run-b", noise_seed=2, ttft_scale=1.3, labels={"runner": "v2"}
+    )
+    return compare_runs(evil_run, b)
+
+
+def _offline(html: str) -> None:
+    assert "<script" not in html.lower()
+    assert not re.search(r"""(src|href)=["']?https?:""", html)
+    assert "<img" not in html
+
+
+def test_run_report_renders_and_escapes(evil_run):
+    out = write_run_report(evil_run)
+    assert out == evil_run / "report.html"
+    html = out.read_text()
+    _offline(html)
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in html
+    for section in ('id="summary"', 'id="fingerprint"', 'id="charts"'):
+        assert section in html
+    assert html.count('<figure class="chart"') == 7
+    for title in ("TTFT over time", "Output throughput over time", "TTFT by session step",
+                  "ITL distribution", "Spec-decode acceptance histogram", "Server KV cache usage",
+                  "Server queue"):  # fmt: skip
+        assert title in html
+    assert "interactive" in html and "background" in html
+
+
+def test_run_report_says_server_metrics_absent(tmp_path):
+    run = write_run(tmp_path / "r", metrics=False)
+    html = write_run_report(run, tmp_path / "x.html").read_text()
+    assert "absent: no /metrics samples" in html
+
+
+def test_compare_report_has_verdict_and_diff_on_top(tmp_path, comparison):
+    html = write_compare_report(comparison, tmp_path / "cmp.html").read_text()
+    _offline(html)
+    assert "Verdict: worse" in html
+    assert (
+        html.index('id="verdict"') < html.index('id="fingerprint-diff"') < html.index('id="charts"')
+    )
+    assert "labels.runner" in html and "&lt;script&gt;" in html
+    assert "A interactive" in html and "B interactive" in html
+
+
+def test_main_report(tmp_path, evil_run, capsys):
+    assert main_report([str(evil_run), "--out", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").exists()
+    capsys.readouterr()
+    assert main_report([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]  # fmt: skip
+
+
+def _browser_or_skip():
+    required = os.environ.get("AGENTLOAD_REQUIRE_BROWSER") == "1"
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if required:
+            pytest.fail("AGENTLOAD_REQUIRE_BROWSER=1 but playwright is not installed")
+        pytest.skip("playwright not installed")
+    if not CHROMIUM.exists():
+        if required:
+            pytest.fail(f"AGENTLOAD_REQUIRE_BROWSER=1 but {CHROMIUM} is missing")
+        pytest.skip(f"{CHROMIUM} missing")
+    return sync_playwright
+
+
+@pytest.mark.browser
+def test_reports_render_in_chromium_without_console_errors(tmp_path, evil_run, comparison):
+    sync_playwright = _browser_or_skip()
+    pages = [write_run_report(evil_run), write_compare_report(comparison, tmp_path / "cmp.html")]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            for path in pages:
+                page = browser.new_page()
+                problems: list[str] = []
+                page.on(
+                    "console",
+                    lambda m, pr=problems: (
+                        pr.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None
+                    ),
+                )
+                page.on("pageerror", lambda e, pr=problems: pr.append(f"pageerror: {e}"))
+                page.on("dialog", lambda d, pr=problems: (pr.append("dialog opened"), d.dismiss()))
+                page.on(
+                    "request",
+                    lambda r, pr=problems: (
+                        pr.append(f"network: {r.url}")
+                        if not r.url.startswith(("file:", "data:"))
+                        else None
+                    ),
+                )
+                page.goto(path.resolve().as_uri())
+                page.wait_for_load_state("load")
+                assert problems == [], f"{path.name}: {problems}"
+                charts = page.locator("figure.chart svg[role=img]")
+                assert charts.count() >= 7
+                box = charts.first.bounding_box()
+                assert box and box["width"] > 200 and box["height"] > 80
+                assert page.locator("figure.chart path.series").count() > 0
+                # The malicious model name is shown as text, not run.
+                assert EVIL in page.inner_text("body") or path.name == "cmp.html"
+                page.close()
+        finally:
+            browser.close()
