@@ -131,6 +131,29 @@ def test_vectorised_index_matches_hdrh():
     assert _hdr_index(h, values).tolist() == expected
 
 
+def test_bulk_recording_and_percentiles_equal_hdrh_one_by_one():
+    rng = np.random.default_rng(4)
+    values_us = np.concatenate([rng.integers(0, 3000, 500), rng.lognormal(9, 2, 5000).astype(int)])
+    values_us = values_us.clip(0, 3_600_000_000)
+    ref = HdrHistogram(1, 3_600_000_000, 3)
+    for v in values_us:
+        ref.record_value(int(v))
+    h = LatencyHistogram()
+    h.record_many_ms((values_us / 1000).tolist())
+    h.record_ms(1.0)
+    ref.record_value(1000)
+    h._flush()
+    assert h._hdr.equals(ref)
+    assert h._hdr.get_total_count() == ref.get_total_count()
+    assert h._hdr.get_max_value() == ref.get_max_value()
+    pcts = [0.1, 1, 25, 50, 90, 99, 99.9, 100]
+    ours = h.percentiles_ms(pcts)
+    theirs = ref.get_percentile_to_value_dict(pcts)
+    for p in pcts:  # identical up to our cap at the exact extremes
+        capped = min(max(theirs[p], int(values_us.min())), int(max(values_us.max(), 1000)))
+        assert ours[p] == capped / 1000.0, p
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_percentiles_match_numpy_within_hdr_precision(seed):
     rng = np.random.default_rng(seed)

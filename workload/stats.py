@@ -84,7 +84,8 @@ class LatencyHistogram:
     """HDR histogram of milliseconds stored as integer microseconds, plus exact moments.
 
     ``record_ms`` only appends to a buffer (cheap on the request path); values reach the
-    HDR counts in vectorised batches. Mergeable exactly with ``merge``.
+    HDR counts array in vectorised batches (numpy over hdrh's own index formula and its
+    live ``counts`` array). Mergeable exactly with ``merge``.
     """
 
     __slots__ = (
@@ -136,11 +137,12 @@ class LatencyHistogram:
         lo, hi = int(us.min()), int(us.max())
         self.min_us = lo if self.min_us is None else min(self.min_us, lo)
         self.max_seen_us = hi if self.max_seen_us is None else max(self.max_seen_us, hi)
-        idx, counts = np.unique(_hdr_index(self._hdr, us), return_counts=True)
         h = self._hdr
-        for i, c in zip(idx.tolist(), counts.tolist(), strict=True):
-            # The bucket's lowest value maps back to the same bucket: only public API here.
-            h.record_value(h.get_value_from_index(i), c)
+        counts = _counts(h)
+        counts += np.bincount(_hdr_index(h, us), minlength=h.counts_len).astype(counts.dtype)
+        nz = np.flatnonzero(counts)
+        # hdrh's own hook for bulk changes: keeps its total/min/max (used by encode) in step
+        h.set_internal_tacking_values(int(nz[0]), int(nz[-1]), int(counts.sum()))
 
     def merge(self, other: LatencyHistogram) -> None:
         self._flush()
@@ -160,9 +162,17 @@ class LatencyHistogram:
         pcts = list(pcts)
         if self.count == 0:
             return {p: None for p in pcts}
-        values = self._hdr.get_percentile_to_value_dict(pcts)
+        h = self._hdr
+        cumulative = np.cumsum(_counts(h))
         lo, hi = self.min_us or 0, self.max_seen_us or 0
-        return {p: min(max(values[p], lo), hi) / 1000.0 for p in pcts}
+        out: dict[float, float | None] = {}
+        for p in pcts:
+            # Same rule as hdrh's get_percentile_to_value_dict, without its Python loop.
+            i = int(np.searchsorted(cumulative, h.get_target_count_at_percentile(p)))
+            v = h.get_value_from_index(i)
+            v = h.get_highest_equivalent_value(v) if p else h.get_lowest_equivalent_value(v)
+            out[p] = min(max(v, lo), hi) / 1000.0
+        return out
 
     def percentile_ms(self, pct: float) -> float | None:
         return self.percentiles_ms([pct])[pct]
@@ -204,9 +214,14 @@ class LatencyHistogram:
     def bucket_counts(self) -> dict[int, int]:
         """Non-zero HDR counts by index (for exactness checks and plots)."""
         self._flush()
-        counts = np.ctypeslib.as_array(self._hdr.counts)
+        counts = _counts(self._hdr)
         nz = np.flatnonzero(counts)
         return dict(zip(nz.tolist(), counts[nz].tolist(), strict=True))
+
+
+def _counts(h: HdrHistogram) -> np.ndarray:
+    """The histogram's live counts array as a writable numpy view (no copy)."""
+    return np.ctypeslib.as_array(h.counts)
 
 
 def _hdr_index(h: HdrHistogram, us: np.ndarray) -> np.ndarray:
