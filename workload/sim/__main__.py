@@ -56,6 +56,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _log_startup(cfg) -> None:
+    """vLLM-like start-up lines on stderr, so server-log parsing has something real to read."""
+
+    def log(level: str, msg: str) -> None:
+        print(f"{level} agentload-sim: {msg}", file=sys.stderr, flush=True)
+
+    log("INFO", f"vLLM API server version {cfg.version} (agentload-sim preset {cfg.preset})")
+    log("INFO", f"# GPU blocks: {cfg.num_gpu_blocks}, # CPU blocks: 0")
+    log(
+        "INFO",
+        f"Maximum concurrency for {cfg.max_model_len} tokens per request: "
+        f"{cfg.num_gpu_blocks * cfg.block_size / cfg.max_model_len:.2f}x",
+    )
+    if cfg.model_runner == "v2":
+        log("INFO", "Using V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1)")
+    if cfg.spec_fallback_structured and cfg.spec_k:
+        log(
+            "WARNING",
+            "V2 model runner does not support speculative decoding with structured "
+            "outputs; such requests fall back to non-speculative decoding",
+        )
+    for kind, rate in sorted(cfg.faults.items()):
+        log("WARNING", f"fault injection: {kind} at rate {rate}")
+
+
 async def _serve(cfg, host: str, port: int, seed: int) -> int:
     from workload.sim.server import SimServer
 
@@ -67,6 +92,7 @@ async def _serve(cfg, host: str, port: int, seed: int) -> int:
             f"agentload-sim: error: cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr
         )
         return 1
+    _log_startup(cfg)
     shown = f"[{host}]" if ":" in host else host
     print(f"agentload-sim listening on http://{shown}:{bound}", flush=True)
     stop = asyncio.Event()
