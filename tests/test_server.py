@@ -419,3 +419,53 @@ def test_fingerprint_diff():
         "label.runner": ("unknown", "v2"),
         "server_version": ("0.32.0", "0.33.0"),
     }
+
+
+# ---------------------------------------------------------------- real vLLM 0.32 captures
+
+REAL = FIXTURES / "vllm_real"  # captured by tests/vllm/capture_fixtures.py (see its README)
+
+
+def test_real_vllm_metrics_parse_without_absences():
+    m = parse_metrics((REAL / "metrics.txt").read_text())
+    # the README's cross-check: the fresh server's counters equal the requests' usage sums
+    assert m["counters"]["vllm:prefix_cache_hits_total"] == 3328
+    assert m["counters"]["vllm:prefix_cache_queries_total"] == 7236
+    per_pos = m["labelled"]["vllm:spec_decode_num_accepted_tokens_per_pos_total"]
+    assert sum(per_pos.values()) == m["counters"]["vllm:spec_decode_num_accepted_tokens_total"]
+    assert m["cache_config"][0]["kv_cache_size_tokens"] == "2097152"
+    assert scrape_summary([{"t": 0.0, "values": m}])["absent"] == []
+
+
+def test_real_vllm_startup_log():
+    f = parse_server_log((REAL / "server_startup.log").read_text())
+    assert f["model_runner"] == "V1"
+    assert f["fallback_warnings"] == [
+        "Model Runner V2 requires Triton; using the V1 model runner instead."
+    ]
+    assert f["version"] == "0.32.0" and f["max_model_len"] == 8192
+    assert f["kv_cache_tokens"] == 2_097_152  # "CPU KV cache size: ..."
+    assert f["kv_cache_memory_gib"] == 1.0  # "Explicitly set (1.0/12.34) GiB for KV cache"
+    assert f["max_concurrency"] == {"tokens_per_request": 8192, "factor": 256.0}
+
+
+def test_fingerprint_real_vllm():
+    routes = {
+        "/version": js(json.loads((REAL / "version.json").read_text())),
+        "/v1/models": js(json.loads((REAL / "models.json").read_text())),
+        "/metrics": text((REAL / "metrics.txt").read_text()),
+        "/server_info?config_format=json": (404, "application/json", '{"detail":"Not Found"}'),
+    }
+    with FakeVLLM(routes) as srv:
+        fp = fingerprint(srv.url, server_log_text=(REAL / "server_startup.log").read_text())
+    cc = "/metrics cache_config_info"
+    assert fp["server_version"] == {"value": "0.32.0", "source": "/version"}
+    assert fp["model_id"]["value"] == "agentload-tiny"
+    assert fp["max_model_len"] == {"value": 8192, "source": "/v1/models"}
+    assert fp["kv_block_size"] == {"value": 128, "source": cc}
+    assert fp["kv_capacity_tokens"] == {"value": 2_097_152, "source": cc}
+    assert fp["kv_cache_memory_gib"] == {"value": 1.0, "source": cc}
+    assert fp["max_concurrency"] == {"value": 256.0, "source": cc}
+    assert fp["model_runner"] == {"value": "V1", "source": "server log"}
+    assert fp["vllm_use_v2_model_runner"] == {"value": "unknown", "source": None}
+    assert fp["_probes"]["/server_info"] == "HTTP 404"

@@ -419,8 +419,11 @@ _PATTERNS = {
     "weights": re.compile(
         r"Model loading took\s+(?P<gib>[\d.]+)\s*GiB(?:\s+memory)?(?:\s+and\s+(?P<s>[\d.]+)\s*s)?"
     ),
-    "kv_memory": re.compile(r"Available KV cache memory:\s*(?P<v>-?[\d.]+)\s*GiB"),
-    "kv_tokens": re.compile(r"GPU KV cache size:\s*(?P<v>[\d,]+)\s*tokens"),
+    # GPU: "Available KV cache memory: X GiB"; CPU: "Explicitly set (X/total) GiB for KV cache"
+    "kv_memory": re.compile(
+        r"(?:Available KV cache memory:\s*|Explicitly set \()(?P<v>-?[\d.]+)\s*(?:/[\d.]+\)\s*)?GiB"
+    ),
+    "kv_tokens": re.compile(r"\b[A-Z]PU KV cache size:\s*(?P<v>[\d,]+)\s*tokens"),
     "concurrency": re.compile(
         r"Maximum concurrency for\s*(?P<tok>[\d,]+)\s*tokens per request:\s*(?P<x>[\d.]+)x"
     ),
@@ -589,6 +592,13 @@ def _int(x: Any) -> int | None:
         return None
 
 
+def _float(x: Any) -> float | None:
+    try:
+        return float(str(x))
+    except (TypeError, ValueError):
+        return None
+
+
 def _dig(d: Any, *path: str) -> Any:
     for key in path:
         if not isinstance(d, dict):
@@ -661,14 +671,18 @@ def fingerprint(
     block_size = _int(c0.get("block_size"))
     blocks = [_int(c.get("num_gpu_blocks")) for c in cache]
     fp["kv_block_size"] = _field(block_size, src)
-    known_blocks = blocks and all(b is not None for b in blocks)
+    known_blocks = bool(blocks) and all(b is not None for b in blocks)
     fp["kv_num_gpu_blocks"] = _field(
         (blocks[0] if len(set(blocks)) == 1 else blocks) if known_blocks else None, src
     )
+    # Newer vLLM reports the pool size itself; otherwise block_size x num_gpu_blocks.
+    reported = [_int(c.get("kv_cache_size_tokens")) for c in cache]
     fp["kv_capacity_tokens"] = _first(
+        (sum(reported) if reported and None not in reported else None, src),  # type: ignore[arg-type]
         (block_size * sum(blocks) if block_size and known_blocks else None, src),  # type: ignore[arg-type]
         (logf["kv_cache_tokens"], "server log"),
     )
+    mem_bytes = _int(c0.get("kv_cache_memory_bytes"))
     fp["kv_engines"] = _field(len(cache) if cache else None, src)
     fp["kv_cache_dtype"] = _first(
         (c0.get("cache_dtype"), src), (logf["kv_cache_dtype"], "server log")
@@ -704,12 +718,18 @@ def fingerprint(
         (logf["quantization"], "server log"),
         (labels.get("quantization"), "operator label"),
     )
+    fp["kv_cache_memory_gib"] = _first(
+        (round(mem_bytes / 2**30, 3) if mem_bytes else None, src),
+        (logf["kv_cache_memory_gib"], "server log"),
+    )
+    fp["max_concurrency"] = _first(
+        (_float(c0.get("kv_cache_max_concurrency")), src),
+        ((logf["max_concurrency"] or {}).get("factor"), "server log"),
+    )
     for key in (
         "architecture",
         "weights_memory_gib",
-        "kv_cache_memory_gib",
         "kv_cache_tokens",
-        "max_concurrency",
         "cuda_graph_memory_gib",
         "estimated_cuda_graph_memory_gib",
     ):
