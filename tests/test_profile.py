@@ -190,3 +190,14 @@ def test_validate_profile_dict():
     c = p.classes["x"]
     assert c.weight == 1 and c.context.policy == "append" and c.request.endpoint == "chat"
     assert p.compare.ttft_p95_pct == 10 and p.max_error_ratio == 0.05
+
+
+def test_docs_reference_is_generated_from_the_models():
+    from workload.profile import REF_BEGIN, REF_END, reference_markdown
+
+    text = (ROOT / "docs/profiles.md").read_text()
+    got = text[text.index(REF_BEGIN) + len(REF_BEGIN) : text.index(REF_END)].strip()
+    assert got == reference_markdown().strip(), (
+        'docs/profiles.md is stale: python -c "from workload.profile import write_reference; '
+        "write_reference('docs/profiles.md')\""
+    )

@@ -209,7 +209,7 @@ def test_rebuild_resends_identical_bytes_with_new_salt():
     )
     s = p.new_session("agent", 0, 0)
     steps = play(s)
-    (st1, b1), (st2, b2) = steps[0], steps[1]
+    (_, b1), (st2, b2) = steps[0], steps[1]
     assert "cache_salt" not in b1
     assert b2["cache_salt"] == f"{s.session_id}-r1"
     assert steps[2][1]["cache_salt"] == f"{s.session_id}-r2"
