@@ -279,3 +279,36 @@ def test_same_seed_and_arrivals_give_identical_runs():
         return trace, snap, eng.stats.preemptions, eng.stats.spec_accepted_per_pos
 
     assert once() == once()
+
+
+# -- invariants under random load ------------------------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    reqs=st.lists(
+        st.tuples(
+            st.integers(1, 200), st.integers(1, 80), st.integers(0, 3), st.sampled_from([None, "a"])
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    policy=st.sampled_from(["fcfs", "priority"]),
+    k=st.integers(0, 3),
+)
+def test_every_request_finishes_and_all_blocks_come_back(reqs, policy, k):
+    eng = make_engine(
+        num_gpu_blocks=24, block_size=16, max_model_len=384, max_num_batched_tokens=128,
+        scheduling_policy=policy, spec_k=k,
+    )  # fmt: skip
+    made = []
+    for i, (plen, out, prio, salt) in enumerate(reqs):
+        prompt = tokens(plen, start=(i % 3) * 50)  # overlapping prefixes
+        made.append(submit(eng, make_req(prompt, out, f"r{i}", priority=prio, cache_salt=salt, accept_rate=0.6, seed=i)))  # fmt: skip
+    run(eng)
+    assert all(r.status == FINISHED and r.num_output == r.output_len for r in made)
+    assert eng.kv.num_free == eng.kv.num_blocks and eng.kv.usage == 0.0
+    assert all(v == 0 for v in eng.kv.ref.values())
+    assert eng.stats.generation_tokens == sum(r.output_len for r in made)

@@ -295,7 +295,8 @@ class ContentModel:
         if kind == "boolean":
             return rng.random() < 0.5
         if kind == "array":
-            items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+            raw_items = schema.get("items")
+            items: dict = raw_items if isinstance(raw_items, dict) else {}
             return [self._value(rng, items, depth + 1) for _ in range(rng.randint(1, 3))]
         if kind == "object" and depth < 3:
             props = schema.get("properties") or {}

@@ -240,9 +240,10 @@ class Engine:
 
         # 2. admissions, unless this step had to preempt (vLLM does the same)
         while not preempted and budget > 0 and len(self.running) < cfg.max_num_seqs:
-            req = self._peek_waiting()
-            if req is None:
+            head = self._peek_waiting()
+            if head is None:
                 break
+            req = head
             if req.hashes is None:
                 req.hashes = block_hashes(req.prompt, bs, req.cache_salt)
             hits = kv.longest_hit(req.hashes)

@@ -18,6 +18,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 _READY = re.compile(r"agentload-sim listening on (http://\S+)")
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
@@ -52,7 +53,7 @@ class SimProcess:
         self.startup_timeout_s = startup_timeout_s
         self.url = ""
         self.proc: subprocess.Popen | None = None
-        self._stderr = None
+        self._stderr: IO[bytes] | None = None
 
     @property
     def pid(self) -> int | None:

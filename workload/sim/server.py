@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 
 from workload.sim.api import SimApp
@@ -88,7 +89,14 @@ class SimServer:
             await asyncio.sleep(delay if delay > 0 else 0)
             for req, n in out.emitted:
                 if n:
-                    req.sink.on_tokens(n)
+                    try:
+                        req.sink.on_tokens(n)
+                    except Exception as e:  # noqa: BLE001 - one bad response must not stop the engine
+                        print(
+                            f"ERROR agentload-sim: delivering {req.request_id}: {e!r}",
+                            file=sys.stderr,
+                        )
+                        self.abort(req)
 
     def render_metrics(self) -> str:
         """The /metrics text."""
