@@ -13,8 +13,11 @@ from workload.stats import (
     LatencyHistogram,
     _hdr_index,
     console_table,
+    progress_line,
     session_goodput,
+    step_rows,
     time_series,
+    view_row,
 )
 
 
@@ -427,3 +430,21 @@ def test_time_series_buckets_by_end_time():
     assert ts["by_class"]["chat"]["output_tokens_per_s"] == [10.0, 20.0]
     assert ts["by_class"]["bg"]["ttft_p95_ms"] == [None, None]
     assert time_series([])["t0"] is None
+
+
+def test_view_rows_and_progress_line():
+    reqs, sessions = random_records(6, 60)
+    agg = build(reqs, sessions)
+    summary = agg.summary()
+    row = view_row("All", summary["overall"])
+    assert row["requests"] == summary["overall"]["requests"]
+    assert isinstance(row["ttft_p95"], float) and row["sessions_ok"] != ""
+    labels = [label for label, _ in step_rows(summary)]
+    assert labels[0] == "agent #1" and all("#" in x for x in labels)
+    step_row = view_row(*step_rows(summary)[0])
+    assert step_row["sessions_ok"] == ""  # step views have no sessions
+    empty = view_row("x", Aggregate().summary()["overall"])
+    assert empty["ttft_p50"] == "" and empty["requests"] == 0
+    line = progress_line(agg, elapsed_s=12.0, users=3)
+    assert line.startswith("[    12s] users 3 | reqs 60") and "TTFT p95" in line
+    assert progress_line(summary, elapsed_s=1.0, users=0).startswith("[     1s]")

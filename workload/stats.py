@@ -66,8 +66,11 @@ __all__ = [
     "error_ratio",
     "evaluate_slos",
     "junit_xml",
+    "progress_line",
     "session_goodput",
+    "step_rows",
     "time_series",
+    "view_row",
 ]
 
 SCHEMA = "agentload.stats/1"
@@ -707,6 +710,57 @@ def console_table(summary: Mapping[str, Any]) -> str:
         if j == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines) + "\n(latencies in ms)"
+
+
+def _r(x: float | None, nd: int = 1) -> float | str:
+    return "" if x is None else round(x, nd)
+
+
+def view_row(label: str, view: Mapping[str, Any]) -> dict[str, Any]:
+    """One table row (web UI "Agents" tab) from a view summary; blanks where there is no data."""
+    spec = view.get("spec_decode") or {}
+    sessions = view.get("sessions")
+    return {
+        "scope": label,
+        "requests": view.get("requests", 0),
+        "errors": view.get("errors", 0),
+        "ttft_p50": _r(view["ttft_ms"].get("p50")),
+        "ttft_p95": _r(view["ttft_ms"].get("p95")),
+        "itl_p95": _r(view["itl_ms"].get("p95")),
+        "tpot_p50": _r(view["tpot_ms"].get("p50")),
+        "e2e_p95": _r(view["e2e_ms"].get("p95")),
+        "cached_ratio": _r(view.get("cached_ratio"), 3),
+        "accept_len": _r(spec.get("acceptance_length_token_weighted"), 2),
+        "draft_accept": _r(spec.get("draft_acceptance_rate"), 3),
+        "sessions_ok": sessions["completed"] if sessions else "",
+        "sessions_failed": sessions["failed"] + sessions["tool_loop_failure"] if sessions else "",
+        "tool_loop_failures": view.get("tool_loop_failures", 0),
+    }
+
+
+def step_rows(summary: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(label, view) for every (class, step) view, labelled "class #step", in step order."""
+    out = []
+    for cls, by_step in (summary.get("by_step") or {}).items():
+        for step in sorted(by_step, key=int):
+            out.append((f"{cls} #{step}", by_step[step]))
+    return out
+
+
+def progress_line(agg: Aggregate | Mapping[str, Any], *, elapsed_s: float, users: int) -> str:
+    """One console line for headless runs: totals so far, overall latency tails, throughput."""
+    if isinstance(agg, Aggregate):
+        v = agg.overall.summary(elapsed_s, with_sessions=True)
+    else:
+        v = agg["overall"]
+    s = v["sessions"]
+    tps = (v.get("throughput") or {}).get("output_tokens_per_s")
+    return (
+        f"[{elapsed_s:6.0f}s] users {users} | reqs {v['requests']} ok {v['ok']} "
+        f"err {_pct(v.get('error_ratio'))} | sessions {s['completed']}/{s['finished']} done | "
+        f"TTFT p95 {_ms(v['ttft_ms'].get('p95'))} ms | ITL p95 {_ms(v['itl_ms'].get('p95'))} ms | "
+        f"out {'-' if tps is None else f'{tps:.0f}'} tok/s"
+    )
 
 
 def time_series(
