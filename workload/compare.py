@@ -1136,10 +1136,19 @@ class QuietParser(argparse.ArgumentParser):
         raise ArgError(message)
 
 
-def run_cli(name: str, parser: argparse.ArgumentParser, argv: list[str], body) -> int:
-    """Parse argv and call body(args); bad input -> one line on stderr and 2."""
+def run_cli(
+    name: str, parser: argparse.ArgumentParser, argv: list[str], body, *, rest: bool = False
+) -> int:
+    """Parse argv and call body(args); bad input -> one line on stderr and 2.
+
+    With `rest`, unknown arguments are kept in `args.rest` (after an optional `--`).
+    """
     try:
-        args = parser.parse_args(argv)
+        if rest:
+            args, extra = parser.parse_known_args(argv)
+            args.rest = extra[1:] if extra[:1] == ["--"] else [a for a in extra if a != "--"]
+        else:
+            args = parser.parse_args(argv)
         return int(body(args))
     except SystemExit as e:  # --help
         return int(e.code or 0)

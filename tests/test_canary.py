@@ -1,0 +1,134 @@
+"""canary: orchestration of the two `agentload run`s, with a fake launcher writing synthetic runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.builders import ClassSpec, write_run
+from workload.canary import CanaryError, main_canary, run_canary, run_command
+
+BASE, CAND = "http://127.0.0.1:18001", "http://127.0.0.1:18002"
+
+
+class _Done:
+    """A finished child process."""
+
+    def __init__(self, code: int = 0) -> None:
+        self.code = code
+
+    def wait(self, timeout=None):
+        return self.code
+
+    def poll(self):
+        return self.code
+
+    def send_signal(self, sig):  # pragma: no cover - never running
+        pass
+
+    kill = send_signal
+
+
+class FakeLauncher:
+    """Writes a synthetic run where `agentload run` would; the candidate gets `scale` x TTFT."""
+
+    def __init__(self, scale: float = 1.0, code: int = 0) -> None:
+        self.scale, self.code, self.calls = scale, code, []
+
+    def __call__(self, cmd, log):
+        self.calls.append(cmd)
+        out = cmd[cmd.index("--out") + 1]
+        url = cmd[cmd.index("--host") + 1]
+        seed = int(cmd[cmd.index("--seed") + 1]) if "--seed" in cmd else 42
+        write_run(
+            __import__("pathlib").Path(out),
+            classes={"interactive": ClassSpec(sessions=120, steps=4)},
+            traffic_seed=seed, seed=seed, noise_seed=len(self.calls),
+            ttft_scale=self.scale if url == CAND else 1.0,
+        )  # fmt: skip
+        return _Done(self.code)
+
+
+def test_run_command_shape(tmp_path):
+    cmd = run_command(BASE, tmp_path / "baseline", ["--profile", "mixed"], "vllm.log")
+    assert cmd[1:5] == ["-m", "workload.cli", "run", "--host"]
+    assert cmd[5] == BASE and cmd[6:8] == ["--out", str(tmp_path / "baseline")]
+    assert cmd[-4:] == ["mixed", "--server-log", "vllm.log"][-4:] or cmd[-2:] == [
+        "--server-log",
+        "vllm.log",
+    ]
+
+
+def test_simultaneous_same_traffic_passes(tmp_path, capsys):
+    fake = FakeLauncher()
+    code = run_canary(BASE, CAND, ["--duration", "30s", "--seed", "7"], tmp_path, launch=fake)
+    assert code == 0
+    assert len(fake.calls) == 2
+    assert all("--seed" in c and c[c.index("--seed") + 1] == "7" for c in fake.calls)
+    d = json.loads((tmp_path / "comparison.json").read_text())
+    assert d["verdict"] == "no detectable change" and d["canary"]["mode"] == "simultaneous"
+    assert (tmp_path / "compare.html").exists()
+    assert "VERDICT: NO DETECTABLE CHANGE" in capsys.readouterr().out
+
+
+def test_regression_exits_3(tmp_path):
+    assert (
+        run_canary(
+            BASE, CAND, ["--duration", "30s"], tmp_path, mode="sequential", launch=FakeLauncher(1.3)
+        )
+        == 3
+    )
+
+
+def test_interleaved_abba_blocks_with_fresh_seeds(tmp_path):
+    fake = FakeLauncher()
+    code = run_canary(
+        BASE,
+        CAND,
+        ["--duration", "40s", "--seed", "5"],
+        tmp_path,
+        mode="interleaved",
+        blocks=4,
+        launch=fake,
+    )
+    assert code == 0
+    order = [("A" if c[c.index("--host") + 1] == BASE else "B") for c in fake.calls]
+    assert "".join(order) == "ABBABAAB"  # linear and quadratic drift cancel
+    seeds = [c[c.index("--seed") + 1] for c in fake.calls]
+    assert seeds == ["5", "5", "6", "6", "7", "7", "8", "8"]
+    assert all(
+        c.count("--duration") == 1 and c[c.index("--duration") + 1] == "10s" for c in fake.calls
+    )
+    assert (tmp_path / "baseline" / "block-3" / "run.json").exists()
+
+
+def test_side_with_bad_input_is_reported(tmp_path):
+    with pytest.raises(CanaryError, match="bad input"):
+        run_canary(BASE, CAND, [], tmp_path, launch=FakeLauncher(code=2))
+
+
+def test_existing_out_is_refused(tmp_path):
+    write_run(tmp_path / "baseline")
+    with pytest.raises(CanaryError, match="already holds"):
+        run_canary(BASE, CAND, [], tmp_path, launch=FakeLauncher())
+
+
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--baseline", BASE], "--candidate"),
+        (["--baseline", BASE, "--candidate", "ftp://x"], "bad --host"),
+        (["--baseline", BASE, "--candidate", CAND, "--host", BASE], "--host is set by canary"),
+        (["--baseline", BASE, "--candidate", CAND, "--mode", "nope"], "invalid choice"),
+        (["--baseline", BASE, "--candidate", CAND, "--users", "-3"], "--users"),
+        (
+            ["--baseline", BASE, "--candidate", CAND, "--profile", "no-such-profile"],
+            "no-such-profile",
+        ),
+    ],
+)
+def test_main_canary_bad_input(tmp_path, capsys, argv, msg):
+    assert main_canary([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1 and "Traceback" not in err
