@@ -1,0 +1,116 @@
+"""The run directory: what a run leaves behind for people and scripts.
+
+Layout (documented in README "Artifact schema")::
+
+    runs/<timestamp>/
+      run.json              run id, times, argv, resolved profile, seed, labels,
+                            target facts, fingerprint, summary, SLO results, exit code
+      stats.json            mergeable aggregate (Aggregate.to_dict)
+      requests.jsonl        one line per request attempt (requests-<worker>.jsonl
+                            per worker in distributed runs), appended as each completes
+      sessions.jsonl        one line per session (sessions-<worker>.jsonl likewise)
+      metrics.jsonl         server /metrics samples over time
+      report.html, junit.xml
+
+JSONL files are appended and flushed line by line so a crash loses nothing that
+had finished.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import secrets
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+SCHEMA_VERSION = 1
+
+
+def new_run_id() -> str:
+    """A short unique id for one run (wall-clock label plus randomness)."""
+    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def default_out_dir(run_id: str) -> Path:
+    return Path("runs") / run_id
+
+
+def iso_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+
+
+class JsonlWriter:
+    """Append-only JSON-lines file, flushed after every line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh: IO[bytes] | None = None
+        self.lines = 0
+
+    def write(self, obj: Any) -> None:
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "ab")  # noqa: SIM115 - long-lived handle, closed in close()
+        self._fh.write(_dumps(obj) + b"\n")
+        self._fh.flush()
+        self.lines += 1
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+class RunWriter:
+    """Per-process writer of request and session lines (one file pair per worker)."""
+
+    def __init__(self, out_dir: Path, worker: str | None = None) -> None:
+        self.out_dir = Path(out_dir)
+        suffix = f"-{worker}" if worker is not None else ""
+        self.requests = JsonlWriter(self.out_dir / f"requests{suffix}.jsonl")
+        self.sessions = JsonlWriter(self.out_dir / f"sessions{suffix}.jsonl")
+
+    def close(self) -> None:
+        self.requests.close()
+        self.sessions.close()
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically (temp file + rename) so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    return orjson.loads(Path(path).read_bytes())
+
+
+def iter_jsonl(path: Path):
+    """Yield objects from one JSONL file, skipping a torn last line."""
+    with open(path, "rb") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+
+
+def read_records(run_dir: Path, kind: str) -> list[dict[str, Any]]:
+    """All rows of `kind` ('requests' | 'sessions'), merged over worker files."""
+    run_dir = Path(run_dir)
+    rows: list[dict[str, Any]] = []
+    for p in sorted(run_dir.glob(f"{kind}*.jsonl")):
+        rows.extend(iter_jsonl(p))
+    return rows

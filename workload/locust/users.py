@@ -1,0 +1,125 @@
+"""The Locust user that plays agent sessions.
+
+One Locust user class, `AgentUser`, plays every traffic class of a profile:
+each user's traffic class is a pure function of its global user index
+(fixed-count classes first, then smooth weighted round-robin), so the start
+form can switch profiles and a run split over N workers plays exactly the
+sessions one process would. The session itself (steps, sleeps, bodies,
+history) is planned by `workload.sessions`; this class only sleeps, sends and
+records.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gevent
+from gevent import GreenletExit
+from locust import User, constant, task
+from locust.exception import StopUser
+
+from workload.client import request_id_for
+from workload.records import STATUS_CANCELLED, STATUS_OK, RequestRecord, SessionRecord
+
+
+def assign_class(classes: list[tuple[str, float, int | None]], index: int) -> str:
+    """Traffic class of the user with this global index.
+
+    `classes` is [(name, weight, fixed_count)], in profile order. Fixed-count
+    classes take the first indices; the rest follow weights by smooth weighted
+    round-robin, so any prefix of users is as close to the weights as it can be.
+    """
+    fixed = [(n, c) for n, _, c in classes if c]
+    for name, count in fixed:
+        if index < count:
+            return name
+        index -= count
+    weighted = [(n, w) for n, w, c in classes if not c and w > 0]
+    if not weighted:
+        return fixed[-1][0] if fixed else classes[0][0]
+    total = sum(w for _, w in weighted)
+    current = [0.0] * len(weighted)
+    chosen = 0
+    for _ in range(index + 1):
+        for i, (_, w) in enumerate(weighted):
+            current[i] += w
+        chosen = max(range(len(weighted)), key=lambda i: current[i])
+        current[chosen] -= total
+    return weighted[chosen][0]
+
+
+class AgentUser(User):
+    """Plays agent sessions of its traffic class, one after another.
+
+    Subclass it in your own locustfile to add behaviour; call
+    `workload.locust.register(events)` there so the runtime is set up.
+    """
+
+    wait_time = constant(0)  # sessions carry their own think time and tool pauses
+
+    def on_start(self) -> None:
+        rt = self.environment.agentload
+        self.runtime = rt
+        self.user_index = rt.next_user_index()
+        self.traffic_class = assign_class(rt.class_table, self.user_index)
+        self.session_index = 0
+
+    @task
+    def play_session(self) -> None:
+        rt = self.runtime
+        limit = int(rt.opts.sessions_per_user or 0)
+        if limit and self.session_index >= limit:
+            rt.user_done()
+            raise StopUser()
+        session = rt.planner.new_session(self.traffic_class, self.user_index, self.session_index)
+        self.session_index += 1
+        play(rt, session)
+
+
+def play(rt: Any, session: Any) -> SessionRecord:
+    """Drive one session to its end; record every attempt and the session."""
+    srec = SessionRecord(
+        run_id=rt.run_id,
+        worker=rt.worker_name,
+        user_class=session.class_name,
+        session_id=session.session_id,
+        t_start=time.time(),
+        steps_planned=session.steps_planned,
+    )
+    t0 = time.perf_counter_ns()
+    try:
+        while (step := session.next_step()) is not None:
+            pause = float(step.think_s or 0.0) + float(step.tool_pause_s or 0.0)
+            if pause > 0:
+                gevent.sleep(pause)
+            req = step.request
+            req.request_id = request_id_for(rt.seed, session.session_id, step.step, req.attempt)
+            rec: RequestRecord = rt.client.exchange(req)
+            rt.record_request(rec)
+            _account(srec, rec)
+            session.observe(rec)
+            if rec.status == STATUS_CANCELLED:
+                raise GreenletExit()
+        srec.outcome = session.outcome or "completed"
+        srec.reason = session.reason
+    except GreenletExit:
+        srec.outcome = "cancelled"
+        srec.reason = "the run stopped mid-session"
+        raise
+    finally:
+        srec.duration_ms = (time.perf_counter_ns() - t0) / 1e6
+        rt.record_session(srec)
+    return srec
+
+
+def _account(srec: SessionRecord, rec: RequestRecord) -> None:
+    srec.requests += 1
+    if rec.status == STATUS_OK:
+        srec.steps_done = max(srec.steps_done, rec.step)
+    elif rec.status != STATUS_CANCELLED:
+        srec.errors += 1
+    srec.prompt_tokens += rec.prompt_tokens or 0
+    srec.completion_tokens += rec.completion_tokens or 0
+    srec.cached_tokens += rec.cached_tokens or 0
+    srec.tool_calls += len(rec.tool_calls)
