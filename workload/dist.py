@@ -251,7 +251,7 @@ Mixture.model_rebuild()
 
 def constant(value: float) -> Constant:
     """A constant distribution (for defaults)."""
-    return Constant(value=value)
+    return Constant.model_validate({"value": value})
 
 
 def parse_dist(

@@ -64,6 +64,11 @@ class ProfileError(Exception):
         super().__init__("\n".join(self.problems))
 
 
+def _defaults(cls: type[BaseModel]) -> Any:
+    """A default_factory building a sub-model from its own defaults."""
+    return lambda: cls.model_validate({})
+
+
 class _M(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
@@ -266,11 +271,15 @@ class TrafficClass(_M):
         ge=1,
         description="Step budget; in actual mode a session past it is a tool-loop failure.",
     )
-    system_prompt: SystemPrompt = Field(default_factory=SystemPrompt, description="Shared prefix.")
+    system_prompt: SystemPrompt = Field(
+        default_factory=_defaults(SystemPrompt), description="Shared prefix."
+    )
     user_turn: Dist = Field(
         default_factory=lambda: constant(100), description="User message size (tokens)."
     )
-    output: OutputSpec = Field(default_factory=OutputSpec, description="Output length per step.")
+    output: OutputSpec = Field(
+        default_factory=_defaults(OutputSpec), description="Output length per step."
+    )
     tools: dict[str, float] = Field(
         default_factory=dict,
         description="Tools this class may call (names from the top-level catalog), with relative weights; a list means equal weights.",
@@ -286,16 +295,22 @@ class TrafficClass(_M):
         default_factory=lambda: constant(1.0),
         description="User think time before each user turn (s).",
     )
-    context: ContextPolicy = Field(default_factory=ContextPolicy, description="Context policy.")
-    request: RequestSpec = Field(default_factory=RequestSpec, description="Request extras.")
-    timeouts: Timeouts = Field(default_factory=Timeouts, description="Request timeouts.")
+    context: ContextPolicy = Field(
+        default_factory=_defaults(ContextPolicy), description="Context policy."
+    )
+    request: RequestSpec = Field(
+        default_factory=_defaults(RequestSpec), description="Request extras."
+    )
+    timeouts: Timeouts = Field(default_factory=_defaults(Timeouts), description="Request timeouts.")
     retries: int = Field(
         0,
         ge=0,
         le=10,
         description="Re-sends of a failed request (same body, next attempt number) before the session fails.",
     )
-    slo: SLO = Field(default_factory=SLO, description="Service-level objectives for this class.")
+    slo: SLO = Field(
+        default_factory=_defaults(SLO), description="Service-level objectives for this class."
+    )
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -340,9 +355,11 @@ class Profile(_M):
     max_error_ratio: float = Field(
         0.05, ge=0, le=1, description="Failed-request ratio above which `agentload run` exits 1."
     )
-    run: RunDefaults = Field(default_factory=RunDefaults, description="Default run shape.")
+    run: RunDefaults = Field(
+        default_factory=_defaults(RunDefaults), description="Default run shape."
+    )
     compare: CompareThresholds = Field(
-        default_factory=CompareThresholds, description="A/B regression thresholds."
+        default_factory=_defaults(CompareThresholds), description="A/B regression thresholds."
     )
     tools: dict[str, ToolSpec] = Field(default_factory=dict, description="Tool catalog by name.")
     classes: dict[str, TrafficClass] = Field(description="Traffic classes by name (at least one).")

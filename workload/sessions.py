@@ -30,6 +30,8 @@ session as ``tool_loop_failure`` when the step produced or consumed a tool call
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -90,37 +92,29 @@ class _Msg:
         return d
 
 
+@dataclass(slots=True, eq=False)
 class StepRequest:
     """One step to send. ``request`` (and ``body``) are built on first access: sleep first."""
 
-    __slots__ = (
-        "step",
-        "attempt",
-        "think_s",
-        "tool_pause_s",
-        "expects_tool_call",
-        "consumes_tool_result",
-        "planned_tool",
-        "max_tokens",
-        "prompt_tokens_est",
-        "cacheable_tokens_est",
-        "endpoint",
-        "path",
-        "stream",
-        "timeout_s",
-        "stall_timeout_s",
-        "user_class",
-        "session_id",
-        "_render",
-        "_body",
-    )
-
-    def __init__(self, **kw: Any) -> None:
-        self._body: bytes | None = None
-        self.prompt_tokens_est = 0  # system + tools + history, estimated (allowances included)
-        self.cacheable_tokens_est = 0  # of those, an ideal prefix cache would hold
-        for k, v in kw.items():
-            setattr(self, k, v)
+    step: int  # 1-based step index within the session
+    attempt: int  # 0 first; +1 per retry of the same step (same body)
+    think_s: float  # sleep before sending: user think time (and a rebuild break)
+    tool_pause_s: float  # sleep before sending: execution time of the previous step's tool call(s)
+    expects_tool_call: bool  # the plan has this step end in a tool call
+    consumes_tool_result: bool  # this step carries tool results
+    planned_tool: str | None  # the tool the plan calls (scripted: the synthesized call)
+    max_tokens: int
+    endpoint: str  # chat | completions
+    path: str
+    stream: bool
+    timeout_s: float
+    stall_timeout_s: float
+    user_class: str
+    session_id: str
+    _render: Callable[[], bytes] = field(repr=False)
+    prompt_tokens_est: int = 0  # system + tools + history, estimated (allowances included)
+    cacheable_tokens_est: int = 0  # of those, what an ideal prefix cache would hold
+    _body: bytes | None = field(default=None, repr=False)
 
     @property
     def body(self) -> bytes:
@@ -146,12 +140,6 @@ class StepRequest:
             session_id=self.session_id,
             step=self.step,
             attempt=self.attempt,
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"StepRequest(step={self.step}, attempt={self.attempt}, think_s={self.think_s:.3f}, "
-            f"tool_pause_s={self.tool_pause_s:.3f}, expects_tool_call={self.expects_tool_call})"
         )
 
 
