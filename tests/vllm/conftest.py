@@ -1,0 +1,126 @@
+"""Fixtures for the real-vLLM integration tests (pytest -m vllm).
+
+One real server per test session (tests/vllm/server.py), on a free 127.0.0.1
+port, stopped by process group at the end. Without the setup from
+scripts/setup_vllm_cpu.sh the tests skip with that hint -- unless
+AGENTLOAD_REQUIRE_VLLM=1 (CI), where a missing setup fails them.
+
+Knobs (environment):
+  AGENTLOAD_VLLM_HOME      where setup_vllm_cpu.sh put venv/ and model/
+  AGENTLOAD_REQUIRE_VLLM   1: missing setup or a server that will not start is a failure
+  AGENTLOAD_VLLM_LOG_DIR   keep the server log there (CI artifact) instead of a tmp dir
+  AGENTLOAD_VLLM_URL       reuse a server already running with tests/vllm/server.py's
+                           flags (local iteration only; its log via AGENTLOAD_VLLM_LOG)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.vllm.server import SERVED_MODEL_NAME, VllmServer, setup_problem
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _required() -> bool:
+    return os.environ.get("AGENTLOAD_REQUIRE_VLLM", "") not in ("", "0")
+
+
+class _External:
+    """A server someone else started (AGENTLOAD_VLLM_URL); same helpers, no lifecycle."""
+
+    def __init__(self, url: str, log: str | None) -> None:
+        self.base_url = url.rstrip("/")
+        self.model = SERVED_MODEL_NAME
+        self.log_path = Path(log) if log else None
+
+    def get(self, path: str, timeout: float = 30.0) -> bytes:
+        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as r:
+            return r.read()
+
+    def post_json(self, path: str, body: dict, timeout: float = 120.0) -> dict:
+        req = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def metrics_text(self) -> str:
+        return self.get("/metrics").decode()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The running real vLLM server (VllmServer-like: base_url, model, log_path, get, post_json)."""
+    url = os.environ.get("AGENTLOAD_VLLM_URL")
+    if url:
+        yield _External(url, os.environ.get("AGENTLOAD_VLLM_LOG"))
+        return
+    problem = setup_problem()
+    if problem:
+        if _required():
+            pytest.fail(f"AGENTLOAD_REQUIRE_VLLM=1 but {problem}", pytrace=False)
+        pytest.skip(problem)
+    log_dir = os.environ.get("AGENTLOAD_VLLM_LOG_DIR")
+    log = Path(log_dir) / "vllm-server.log" if log_dir else tmp_path_factory.mktemp("vllm") / "server.log"
+    srv = VllmServer(log_path=log)
+    t0 = time.monotonic()
+    try:
+        srv.start()
+    except RuntimeError as e:
+        # A setup that exists but cannot serve is always a failure, never a skip.
+        pytest.fail(f"real vLLM did not start: {e}", pytrace=False)
+    sys.stderr.write(f"\n[vllm] {srv.base_url} up in {time.monotonic() - t0:.0f} s, log {log}\n")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def wait_idle(server: Any, timeout_s: float = 60.0) -> None:
+    """Until the server has nothing running or waiting (its counters are then final)."""
+    from workload.server import parse_metrics
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        g = parse_metrics(server.metrics_text())["gauges"]
+        if not g.get("vllm:num_requests_running") and not g.get("vllm:num_requests_waiting"):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"server still busy after {timeout_s} s")
+
+
+def scrape(server: Any) -> dict[str, Any]:
+    """parse_metrics() of the server's /metrics once it is idle."""
+    from workload.server import parse_metrics
+
+    wait_idle(server)
+    return parse_metrics(server.metrics_text())
+
+
+def delta(before: dict[str, Any], after: dict[str, Any], counter: str) -> float:
+    return after["counters"].get(counter, 0.0) - before["counters"].get(counter, 0.0)
+
+
+def agentload(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """`agentload ...` as CI would run it (the project's interpreter)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, "-m", "workload.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO, env=env)
+
+
+def read_jsonl(run_dir: Path, kind: str) -> list[dict[str, Any]]:
+    """All rows of requests*.jsonl / sessions*.jsonl in a run directory."""
+    rows: list[dict[str, Any]] = []
+    for p in sorted(run_dir.glob(f"{kind}*.jsonl")):
+        rows += [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    return rows
