@@ -98,6 +98,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="environment variable that holds the API key (default OPENAI_API_KEY)")
     p.add_argument("--workers", default="1", help="worker processes on this machine (Locust --processes)")
     p.add_argument("--sim-preset", default="default", help="simulator preset when no --host is given")
+    p.add_argument("--sim-fault", dest="sim_faults", action="append", default=[], metavar="KIND=RATE",
+                   help="simulator fault injection, e.g. 500=0.05 or reset=0.01 (no --host only)")
+    p.add_argument("--sim-set", dest="sim_sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="simulator engine setting (no --host only), e.g. ttft_scale=1.1")
 
 
 def build_run_parser(prog: str = "agentload run") -> argparse.ArgumentParser:
@@ -194,10 +198,13 @@ def cmd_run(argv: list[str]) -> int:
     host = r["host"]
     try:
         if not host:
-            from workload.sim.launcher import SimProcess
+            from workload.sim.launcher import SimProcess, SimStartError
 
-            sim = SimProcess(preset=args.sim_preset)
-            sim.start()
+            sim = SimProcess(preset=args.sim_preset, faults=args.sim_faults, sets=args.sim_sets)
+            try:
+                sim.start()
+            except SimStartError as e:
+                raise UsageError(f"the embedded simulator did not start: {e}") from None
             host = sim.url
             print(f"agentload: no --host given; started the embedded simulator at {host} "
                   f"(preset {args.sim_preset})", flush=True)

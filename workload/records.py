@@ -79,6 +79,8 @@ class RequestRecord:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     server_metrics: dict[str, Any] | None = None  # vLLM per-request `metrics` object, raw
     spec_decode: dict[str, Any] | None = None  # metrics.speculative_decoding, raw
+    # blake2b-64 of the exact request body: proves two runs (or two deployments) got the same traffic
+    body_hash: str | None = None
     # Not written to requests.jsonl: in-memory only, for stats and actual history.
     itl_gaps_ms: list[float] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)

@@ -11,6 +11,7 @@ records.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -96,6 +97,7 @@ def play(rt: Any, session: Any) -> SessionRecord:
             req = step.request
             req.request_id = request_id_for(rt.seed, session.session_id, step.step, req.attempt)
             rec: RequestRecord = rt.client.exchange(req)
+            rec.body_hash = hashlib.blake2b(req.body, digest_size=8).hexdigest()
             rt.record_request(rec)
             _account(srec, rec)
             session.observe(rec)
