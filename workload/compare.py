@@ -706,7 +706,13 @@ def _flatten_fp(d: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
     """Fingerprint leaves: dotted path -> (value, source)."""
     out: dict[str, tuple[Any, Any]] = {}
     if isinstance(d, dict) and "value" in d and set(d) <= {"value", "source", "detail", "unit"}:
-        out[prefix] = (d.get("value"), d.get("source"))
+        v, src = d.get("value"), d.get("source")
+        if isinstance(v, dict):
+            # e.g. cache_config: compare and show the fields, not one long dict
+            for k, sub in v.items():
+                out[f"{prefix}.{k}"] = (sub, src)
+        else:
+            out[prefix] = (v, src)
     elif isinstance(d, dict):
         for k, v in d.items():
             out.update(_flatten_fp(v, f"{prefix}.{k}" if prefix else str(k)))
@@ -978,6 +984,7 @@ def fmt_threshold(m: MetricDiff) -> str:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    rows = [[c if len(c) <= 60 else c[:57] + "..." for c in r] for r in rows]
     w = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     line = "  ".join(h.ljust(w[i]) for i, h in enumerate(headers))
     out = [line, "  ".join("-" * x for x in w)]

@@ -1,0 +1,194 @@
+"""Verdict quality against the simulator: A/A false-positive rate and regression detection.
+
+Each trial is a real `agentload canary` (two `agentload run` children,
+simultaneous by default) against two embedded simulators with the same preset;
+in regression trials the candidate simulator runs with `ttft_scale` (default
+1.10: prefill-carrying engine steps 10 % slower). Every trial uses a fresh
+traffic seed, so trials are independent draws.
+
+    python bench/bench_verdict.py --trials 20 --profile mixed            # default run length
+    python bench/bench_verdict.py --trials 20 --duration 120s            # shorter runs
+    python bench/bench_verdict.py --reanalyze bench-out/verdict-...      # re-judge kept runs
+
+Prints: A/A "no detectable change" rate, detection rate (overall verdict worse
+and ttft_p95 worse in some scope), each with a Wilson 95 % interval; the
+observed spread of the TTFT-p95 change (its standard error), and the run
+length that spread predicts is needed for 90 % detection of a true 10 %
+(SE shrinks like 1/sqrt(run length)). Figures go to docs/canary.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scipy import stats as sps  # noqa: E402
+
+from workload.canary import run_canary  # noqa: E402
+from workload.compare import VERDICT_SAME, VERDICT_WORSE, compare_runs  # noqa: E402
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (float("nan"), float("nan"))
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def trial(out: Path, kind: str, i: int, args: argparse.Namespace) -> dict:
+    from workload.sim.launcher import SimProcess
+
+    scale = args.scale if kind == "regression" else 1.0
+    run_args = ["--profile", args.profile, "--seed", str(args.seed + i)]
+    if args.duration:
+        run_args += ["--duration", args.duration]
+    a = SimProcess(preset=args.preset, seed=1000 + i).start()
+    b = SimProcess(preset=args.preset, seed=1000 + i, sets=[f"ttft_scale={scale}"]).start()
+    t0 = time.time()
+    try:
+        code = run_canary(a.url, b.url, run_args, out, args.mode, html=False)
+    finally:
+        a.stop()
+        b.stop()
+    return {"kind": kind, "i": i, "exit": code, "wall_s": time.time() - t0, **judge(out)}
+
+
+def judge(out: Path) -> dict:
+    """Re-compare a kept trial directory (so rules can be re-evaluated without rerunning)."""
+    cmp = compare_runs(out / "baseline", out / "candidate")
+    rows = {(m.scope, m.metric): m for m in cmp.metrics}
+    ttft = {
+        s: rows[(s, "ttft_p95")] for s, m in rows if m == "ttft_p95" and not s.startswith("step:")
+    }
+    return {
+        "verdict": cmp.verdict,
+        "gated": cmp.gated_count,
+        "flags": [
+            f"{m.scope} {m.metric} {m.verdict}"
+            for m in cmp.rows(gated=True)
+            if m.verdict != VERDICT_SAME and m.verdict != "insufficient data"
+        ],
+        "ttft_p95": {
+            s: {"change": m.change, "se": m.se, "verdict": m.verdict} for s, m in ttft.items()
+        },
+        "duration_s": cmp.run_a.duration_s,
+    }
+
+
+def summarize(results: list[dict], threshold: float = 0.10) -> str:
+    aa = [r for r in results if r["kind"] == "aa"]
+    rg = [r for r in results if r["kind"] == "regression"]
+    lines = []
+    if aa:
+        k = sum(r["verdict"] == VERDICT_SAME for r in aa)
+        lo, hi = wilson(k, len(aa))
+        lines.append(
+            f"A/A: no detectable change {k}/{len(aa)} = {k / len(aa):.0%} (Wilson 95 % {lo:.0%}-{hi:.0%})"
+        )
+        for r in aa:
+            if r["flags"]:
+                lines.append(f"  trial {r['i']}: {', '.join(r['flags'])}")
+    if rg:
+        k = sum(
+            r["verdict"] == VERDICT_WORSE
+            and any(v["verdict"] == VERDICT_WORSE for v in r["ttft_p95"].values())
+            for r in rg
+        )
+        lo, hi = wilson(k, len(rg))
+        lines.append(
+            f"regression: flagged worse on ttft_p95 {k}/{len(rg)} = {k / len(rg):.0%} (Wilson 95 % {lo:.0%}-{hi:.0%})"
+        )
+    scopes = sorted({s for r in results for s in r["ttft_p95"]})
+    for s in scopes:
+        for kind, rs in (("aa", aa), ("regression", rg)):
+            ch = [
+                r["ttft_p95"][s]["change"]
+                for r in rs
+                if s in r["ttft_p95"] and r["ttft_p95"][s]["change"] is not None
+            ]
+            se = [
+                r["ttft_p95"][s]["se"] for r in rs if s in r["ttft_p95"] and r["ttft_p95"][s]["se"]
+            ]
+            if len(ch) >= 2 and se:
+                lines.append(
+                    f"  {kind:10s} {s:20s} ttft_p95 change mean {statistics.mean(ch):+.1%} "
+                    f"sd {statistics.stdev(ch):.1%}; bootstrap se (log) median {statistics.median(se):.1%}"
+                )
+    # Run length needed: 90 % power at a true 10 % needs log1p(T) - z_K*se >= 1.28*se and
+    # change >= T/2, i.e. se <= log1p(T) / (z_K + 1.28).
+    gated = [r["gated"] for r in results if r.get("gated")]
+    if gated:
+        kk = int(statistics.median(gated))
+        zk = float(sps.norm.ppf(1 - 0.05 / (2 * kk)))
+        need = math.log1p(threshold) / (zk + 1.2816)
+        lines.append(
+            f"gated metrics counted (median) {kk}: z = {zk:.2f}; 90 % detection of a true {threshold:.0%} needs se <= {need:.2%}"
+        )
+        for s in scopes:
+            se = [
+                r["ttft_p95"][s]["se"]
+                for r in results
+                if s in r["ttft_p95"] and r["ttft_p95"][s]["se"]
+            ]
+            dur = [r["duration_s"] for r in results if r.get("duration_s")]
+            if se and dur:
+                m, d = statistics.median(se), statistics.median(dur)
+                lines.append(
+                    f"  {s}: median se {m:.2%} at {d:.0f} s -> about {d * (m / need) ** 2:.0f} s of run needed"
+                )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trials", type=int, default=20, help="trials per kind (A/A and regression)")
+    p.add_argument("--profile", default="mixed")
+    p.add_argument("--duration", default="", help="run length per side (default: the profile's)")
+    p.add_argument("--preset", default="vllm-0.28-v1")
+    p.add_argument(
+        "--scale", type=float, default=1.10, help="candidate ttft_scale in regression trials"
+    )
+    p.add_argument(
+        "--mode", default="simultaneous", choices=("simultaneous", "sequential", "interleaved")
+    )
+    p.add_argument("--seed", type=int, default=100)
+    p.add_argument("--kinds", default="aa,regression")
+    p.add_argument(
+        "--out", type=Path, default=Path("bench-out") / f"verdict-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    p.add_argument(
+        "--reanalyze", type=Path, help="re-judge the trial-* directories under this path"
+    )
+    args = p.parse_args(argv)
+    results = []
+    if args.reanalyze:
+        for d in sorted(args.reanalyze.glob("*-trial-*")):
+            if (d / "baseline").exists() and (d / "candidate").exists():
+                kind, _, i = d.name.partition("-trial-")
+                results.append({"kind": kind, "i": int(i), **judge(d)})
+    else:
+        for i in range(args.trials):
+            for kind in args.kinds.split(","):
+                r = trial(args.out / f"{kind}-trial-{i:03d}", kind, i, args)
+                results.append(r)
+                print(
+                    f"[{kind} {i}] {r['verdict']} ttft_p95 {json.dumps({s: round(v['change'] or 0, 4) for s, v in r['ttft_p95'].items()})} ({r['wall_s']:.0f} s)",
+                    flush=True,
+                )
+        (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    print(summarize(results, args.scale - 1.0 if args.scale > 1 else 0.10))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
