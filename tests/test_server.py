@@ -427,45 +427,58 @@ REAL = FIXTURES / "vllm_real"  # captured by tests/vllm/capture_fixtures.py (see
 
 
 def test_real_vllm_metrics_parse_without_absences():
+    # Re-captures change the numbers; assert what holds for any capture.
     m = parse_metrics((REAL / "metrics.txt").read_text())
-    # the README's cross-check: the fresh server's counters equal the requests' usage sums
-    assert m["counters"]["vllm:prefix_cache_hits_total"] == 3328
-    assert m["counters"]["vllm:prefix_cache_queries_total"] == 7236
+    c = m["counters"]
+    assert 0 < c["vllm:prefix_cache_hits_total"] <= c["vllm:prefix_cache_queries_total"]
+    assert c["vllm:prefix_cache_queries_total"] == c["vllm:prompt_tokens_total"]
     per_pos = m["labelled"]["vllm:spec_decode_num_accepted_tokens_per_pos_total"]
-    assert sum(per_pos.values()) == m["counters"]["vllm:spec_decode_num_accepted_tokens_total"]
-    assert m["cache_config"][0]["kv_cache_size_tokens"] == "2097152"
+    assert sum(per_pos.values()) == c["vllm:spec_decode_num_accepted_tokens_total"]
+    cc = m["cache_config"][0]
+    assert int(cc["kv_cache_size_tokens"]) == int(cc["block_size"]) * int(cc["num_gpu_blocks"])
     assert scrape_summary([{"t": 0.0, "values": m}])["absent"] == []
 
 
 def test_real_vllm_startup_log():
     f = parse_server_log((REAL / "server_startup.log").read_text())
+    cc = parse_metrics((REAL / "metrics.txt").read_text())["cache_config"][0]
+    models = json.loads((REAL / "models.json").read_text())
     assert f["model_runner"] == "V1"
     assert f["fallback_warnings"] == [
         "Model Runner V2 requires Triton; using the V1 model runner instead."
     ]
-    assert f["version"] == "0.32.0" and f["max_model_len"] == 8192
-    assert f["kv_cache_tokens"] == 2_097_152  # "CPU KV cache size: ..."
-    assert f["kv_cache_memory_gib"] == 1.0  # "Explicitly set (1.0/12.34) GiB for KV cache"
-    assert f["max_concurrency"] == {"tokens_per_request": 8192, "factor": 256.0}
+    assert f["version"] == json.loads((REAL / "version.json").read_text())["version"]
+    assert f["max_model_len"] == models["data"][0]["max_model_len"]
+    assert f["kv_cache_tokens"] == int(cc["kv_cache_size_tokens"])  # "CPU KV cache size: ..."
+    # "Explicitly set (X/total) GiB for KV cache" on the CPU build
+    assert f["kv_cache_memory_gib"] == pytest.approx(int(cc["kv_cache_memory_bytes"]) / 2**30)
+    assert f["max_concurrency"]["factor"] == float(cc["kv_cache_max_concurrency"])
 
 
 def test_fingerprint_real_vllm():
+    version = json.loads((REAL / "version.json").read_text())
+    models = json.loads((REAL / "models.json").read_text())
+    metrics = (REAL / "metrics.txt").read_text()
     routes = {
-        "/version": js(json.loads((REAL / "version.json").read_text())),
-        "/v1/models": js(json.loads((REAL / "models.json").read_text())),
-        "/metrics": text((REAL / "metrics.txt").read_text()),
+        "/version": js(version),
+        "/v1/models": js(models),
+        "/metrics": text(metrics),
         "/server_info?config_format=json": (404, "application/json", '{"detail":"Not Found"}'),
     }
     with FakeVLLM(routes) as srv:
         fp = fingerprint(srv.url, server_log_text=(REAL / "server_startup.log").read_text())
-    cc = "/metrics cache_config_info"
-    assert fp["server_version"] == {"value": "0.32.0", "source": "/version"}
-    assert fp["model_id"]["value"] == "agentload-tiny"
-    assert fp["max_model_len"] == {"value": 8192, "source": "/v1/models"}
-    assert fp["kv_block_size"] == {"value": 128, "source": cc}
-    assert fp["kv_capacity_tokens"] == {"value": 2_097_152, "source": cc}
-    assert fp["kv_cache_memory_gib"] == {"value": 1.0, "source": cc}
-    assert fp["max_concurrency"] == {"value": 256.0, "source": cc}
+    cc = parse_metrics(metrics)["cache_config"][0]
+    src = "/metrics cache_config_info"
+    assert fp["server_version"] == {"value": version["version"], "source": "/version"}
+    assert fp["model_id"]["value"] == models["data"][0]["id"]
+    assert fp["max_model_len"] == {
+        "value": models["data"][0]["max_model_len"],
+        "source": "/v1/models",
+    }
+    assert fp["kv_block_size"] == {"value": int(cc["block_size"]), "source": src}
+    assert fp["kv_capacity_tokens"] == {"value": int(cc["kv_cache_size_tokens"]), "source": src}
+    assert fp["kv_cache_memory_gib"]["source"] == src
+    assert fp["max_concurrency"] == {"value": float(cc["kv_cache_max_concurrency"]), "source": src}
     assert fp["model_runner"] == {"value": "V1", "source": "server log"}
     assert fp["vllm_use_v2_model_runner"] == {"value": "unknown", "source": None}
     assert fp["_probes"]["/server_info"] == "HTTP 404"
