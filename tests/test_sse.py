@@ -115,3 +115,11 @@ def test_arbitrary_splits_parse_identically(data):
     assert parse(*pieces) == parse(raw)
     # byte-at-a-time is the extreme split
     assert parse(*[raw[i : i + 1] for i in range(len(raw))]) == parse(raw)
+
+
+def test_cr_inside_a_read_does_not_swallow_the_next_reads_lf():
+    # Found by hypothesis: a read holding "\r\r" mid-buffer, cut just before the "\n" ending
+    # the following line, used to make the next read's leading "\n" vanish.
+    raw = b"data: a\r\rid: 7\ndata: b\n\n"
+    cut = raw.index(b"\ndata: b")
+    assert parse(raw[:cut], raw[cut:]) == parse(raw)

@@ -65,7 +65,8 @@ class SSEParser:
             if ev is not None:
                 events.append(ev)
             start = m.end()
-        if start and buf[start - 1 : start] == b"\r":
+        # Only a "\r" that ends this read can be the first half of a CRLF split across reads.
+        if start == len(buf) and buf[-1:] == b"\r":
             self._skip_lf = True
         self._buf = buf[start:]
         return events
