@@ -126,7 +126,8 @@ def test_token_exact_sizes():
 
 
 def test_agent_loop_shape_and_sleeps():
-    steps = play(make().new_session("agent", 0, 0))
+    assert make().new_session("agent", 0, 0).next_step().think_s == 0  # first task: at once
+    steps = play(make().new_session("agent", 0, 1))
     assert len(steps) == 6
     st1, st2 = steps[0][0], steps[1][0]
     assert st1.think_s == 2.0 and st1.tool_pause_s == 0 and st1.expects_tool_call

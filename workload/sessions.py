@@ -368,6 +368,8 @@ class Session:
             n = spec.user_turn.sample_int(sizes, lo=1)
             new.append(_Msg("user", key=self._content_key("user", k), n=n))
             think = max(0.0, spec.think_time_s.sample(times))
+            if k == 1 and self.session_index == 0:
+                think = 0.0  # a user's first task starts at once; later ones after a think
         rebuilt = False
         if (
             spec.context.policy == "rebuild"
