@@ -689,7 +689,9 @@ def test_real_timeout(server_factory):
     rec = client.exchange(real_request(timeout_s=0.3, stall_timeout_s=5))
     client.close()
     assert (rec.status, rec.error_kind) == ("error", "timeout"), rec.error_detail
-    assert rec.e2e_ms >= 300.0
+    # The deadline also covers connecting, which e2e (from the first byte sent) does not:
+    # no timing bound here, only that the time until the failure was kept.
+    assert rec.e2e_ms is not None and rec.e2e_ms > 0
 
 
 @pytest.mark.parametrize("how", ["fin", "rst"])

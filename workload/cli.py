@@ -146,7 +146,7 @@ def resolve_run(args: argparse.Namespace) -> dict:
         raise UsageError(f"bad number: {e}") from None
     if spu < 0 or scrape < 0:
         raise UsageError("--sessions-per-user and --scrape-interval must be >= 0")
-    from workload.locust.runtime import SetupError, parse_kv, parse_slo_overrides
+    from workload.target import SetupError, parse_kv, parse_slo_overrides
 
     try:
         parse_kv(args.labels, "--label")
@@ -210,7 +210,7 @@ def cmd_run(argv: list[str]) -> int:
                   f"(preset {args.sim_preset})", flush=True)
         else:
             # Fail fast with one line before Locust starts.
-            from workload.locust.runtime import SetupError, probe_target
+            from workload.target import SetupError, probe_target
 
             try:
                 probe_target(host, os.environ.get(args.api_key_env) or None, args.model or None)

@@ -58,14 +58,12 @@ def exit_code_for(error_ratio: float | None, max_error_ratio: float, slo_results
 def finalize_run(rt: Any) -> int:
     """Write the run's summary artifacts from a finished runtime; return the exit code."""
     from workload import server, slo, stats
-    from workload.locust.runtime import parse_slo_overrides
 
     out = Path(rt.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     agg = rt.total
     summary = agg.summary()
-    classes = list(rt.profile.classes)
-    slos = merge_slos(profile_slos(rt.profile), parse_slo_overrides(list(rt.opts.agent_slo or [])), classes)
+    slos = rt.slos
     try:
         slo_results = slo.evaluate_slos(agg, slos)
     except ValueError as e:

@@ -13,7 +13,8 @@ import gevent
 from workload import artifacts
 from workload.locust import options as options_mod
 from workload.locust import webui
-from workload.locust.runtime import MSG_USER_DONE, AgentRuntime, SetupError, argv_string
+from workload.locust.runtime import MSG_USER_DONE, AgentRuntime, argv_string
+from workload.target import SetupError
 
 log = logging.getLogger("agentload")
 
@@ -35,8 +36,13 @@ def register(events: Any) -> None:
 def _fail_setup(environment: Any, message: str) -> None:
     """One clear line, exit 2, keep whatever was measured."""
     print(f"agentload: error: {message}", file=sys.stderr, flush=True)
-    environment.process_exit_code = EXIT_BAD_INPUT
     runner = environment.runner
+    if environment.web_ui is not None:
+        # A bad profile or seed typed into the start form: stop this test, keep the UI up.
+        if runner is not None:
+            gevent.spawn_later(0.01, runner.stop)
+        return
+    environment.process_exit_code = EXIT_BAD_INPUT
     if runner is not None:
         gevent.spawn_later(0.01, runner.quit)
 
@@ -72,12 +78,15 @@ def _on_user_done(environment: Any, msg: Any, **_kw: Any) -> None:
 
 
 def _on_test_start(environment: Any, **_kw: Any) -> None:
-    if environment.agentload is not None:
-        environment.agentload.close()
+    previous = environment.agentload
+    if previous is not None:
+        previous.close()
     if environment.parsed_options is None:
         return
     from workload.locust.runtime import role_of
 
+    if previous is not None and previous.planner is not None and role_of(environment) != "worker":
+        _next_run(environment.parsed_options, previous)
     if role_of(environment) == "master":
         environment.parsed_options.agent_workers = max(1, environment.runner.worker_count)
     rt = AgentRuntime(environment)
@@ -96,6 +105,18 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
                 rt.progress = gevent.spawn(_progress_loop, rt)
     except SetupError as e:
         _fail_setup(environment, str(e))
+
+
+def _next_run(opts: Any, previous: AgentRuntime) -> None:
+    """A test started again from the web UI is a new run: new id, and its own directory
+    unless the form names a new one (appending to the last run's files would mix two runs)."""
+    opts.agent_run_id = artifacts.new_run_id()
+    if Path(opts.out) != Path(previous.out_dir):
+        return
+    if Path(opts.out) == artifacts.default_out_dir(previous.run_id):
+        opts.out = str(artifacts.default_out_dir(opts.agent_run_id))
+    else:
+        opts.out = f"{previous.out_dir}-{opts.agent_run_id}"
 
 
 def _progress_loop(rt: AgentRuntime) -> None:
@@ -125,7 +146,9 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
         if rt.writer is not None:
             rt.writer.close()
         return
-    # In the web UI a test can be stopped and started again: write what we have now.
+    rt.ended_iso = artifacts.iso_now()
+    # In the web UI a test can be stopped and started again: write what we have now
+    # (after a moment, so the workers' last reports are merged).
     if environment.web_ui is not None and rt.planner is not None:
         gevent.spawn_later(1.0, _finish, rt)
 
@@ -134,10 +157,8 @@ def _on_report_to_master(env: Any, client_id: str, data: dict, **_kw: Any) -> No
     rt = env.agentload
     if rt is None or rt.role != "worker":
         return
-    from workload.stats import Aggregate
-
-    data["agentload"] = rt.delta.to_dict()
-    rt.delta = Aggregate()
+    # drain() keeps per-session SLO state for sessions that span reports.
+    data["agentload"] = rt.delta.drain().to_dict()
 
 
 def _on_worker_report(env: Any, client_id: str, data: dict, **_kw: Any) -> None:
@@ -146,7 +167,7 @@ def _on_worker_report(env: Any, client_id: str, data: dict, **_kw: Any) -> None:
         return
     from workload.stats import Aggregate
 
-    rt.total.merge(Aggregate.from_dict(data["agentload"]))
+    rt.total.merge(Aggregate.from_dict(data["agentload"], slos_by_class=rt.slos))
 
 
 def _on_quitting(environment: Any, **_kw: Any) -> None:
@@ -165,8 +186,13 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
 
 
 def _finish(rt: AgentRuntime) -> int:
+    """Write the run's summary once (web mode: at test stop, then quitting reuses it)."""
     from workload.finish import finalize_run
 
+    if rt.finalized:
+        return rt.exit_code
+    rt.finalized = True
     rt.stop_observers()
-    rt.ended_iso = artifacts.iso_now()
-    return finalize_run(rt)
+    rt.ended_iso = rt.ended_iso or artifacts.iso_now()
+    rt.exit_code = finalize_run(rt)
+    return rt.exit_code

@@ -21,37 +21,11 @@ from typing import Any
 
 from workload import artifacts
 from workload.records import STATUS_CANCELLED, RequestRecord, SessionRecord
+from workload.target import SetupError, parse_kv, probe_target
 
 log = logging.getLogger("agentload")
 
 MSG_USER_DONE = "agentload_user_done"
-
-
-class SetupError(Exception):
-    """Bad input or an unusable target found while preparing a run (one line)."""
-
-
-def parse_kv(items: list[str], what: str) -> dict[str, str]:
-    """KEY=VALUE list -> dict; raises SetupError naming the bad item."""
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise SetupError(f"bad {what} {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def parse_slo_overrides(items: list[str]) -> dict[str, dict[str, float]]:
-    """'[CLASS.]metric=value' -> {class or '*': {metric: value}}."""
-    out: dict[str, dict[str, float]] = {}
-    for key, value in parse_kv(items, "--slo").items():
-        cls, _, metric = key.rpartition(".")
-        try:
-            out.setdefault(cls or "*", {})[metric] = float(value)
-        except ValueError:
-            raise SetupError(f"bad --slo {key}={value!r}: the value must be a number") from None
-    return out
 
 
 def role_of(environment: Any) -> str:
@@ -73,6 +47,7 @@ class AgentRuntime:
         self.env = environment
         self.opts = environment.parsed_options
         self.role = role_of(environment)
+        self.slos: dict[str, dict[str, float]] = {}
         self.total = Aggregate()  # local & master: everything; worker: unused
         self.delta = Aggregate()  # worker: since the last report to the master
         self.user_counter = 0
@@ -94,6 +69,7 @@ class AgentRuntime:
         self.target: dict[str, Any] = {}
         self.seed: int = 0
         self.finalized = False
+        self.exit_code = 0
 
     # ---- preparation -------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -138,6 +114,18 @@ class AgentRuntime:
         except ProfileError as e:
             raise SetupError("; ".join(e.problems)) from None
         self.model = model
+        from workload.finish import merge_slos, profile_slos
+        from workload.stats import Aggregate
+        from workload.target import parse_slo_overrides
+
+        # Goodput needs each class's SLOs while requests are counted.
+        self.slos = merge_slos(
+            profile_slos(self.profile),
+            parse_slo_overrides(list(self.opts.agent_slo or [])),
+            list(self.profile.classes),
+        )
+        self.total = Aggregate(self.slos)
+        self.delta = Aggregate(self.slos)
         self.class_table = [
             (name, float(c.weight or 0), c.fixed_count) for name, c in self.profile.classes.items()
         ]
@@ -241,50 +229,6 @@ class AgentRuntime:
 
 class RequestFailed(Exception):
     """What Locust's stats show for a failed request (kind: detail)."""
-
-
-def probe_target(host: str, api_key: str | None, model: str | None, timeout_s: float = 10.0) -> dict[str, Any]:
-    """GET /v1/models: is this an OpenAI-compatible server, and which model? Raises SetupError."""
-    import json
-    import urllib.error
-    import urllib.request
-
-    url = host.rstrip("/") + "/v1/models"
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            body = r.read()
-            ctype = r.headers.get("Content-Type", "")
-    except urllib.error.HTTPError as e:
-        hint = " (check the API key in $OPENAI_API_KEY or --api-key-env)" if e.code in (401, 403) else ""
-        raise SetupError(
-            f"{host} is not an OpenAI-compatible server: GET /v1/models answered HTTP {e.code}{hint}; "
-            "point --host at the server's base URL (without /v1)"
-        ) from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise SetupError(f"cannot reach {host}: {reason}; is the server running and --host right?") from None
-    try:
-        data = json.loads(body)
-        models = data["data"]
-        ids = [m["id"] for m in models]
-    except (ValueError, KeyError, TypeError):
-        raise SetupError(
-            f"{host} is not an OpenAI-compatible server: GET /v1/models returned {ctype or 'non-JSON'} "
-            "without a model list; point --host at the server's base URL (without /v1)"
-        ) from None
-    if not ids:
-        raise SetupError(f"{host} serves no models (GET /v1/models is empty)")
-    chosen = model or ids[0]
-    if model and model not in ids:
-        raise SetupError(f"model {model!r} is not served by {host}; it serves: {', '.join(ids)}")
-    entry = next(m for m in models if m["id"] == chosen)
-    return {
-        "model": chosen,
-        "models": ids,
-        "max_model_len": entry.get("max_model_len"),
-        "root": entry.get("root"),
-    }
 
 
 def gevent_spawn(fn) -> None:  # type: ignore[no-untyped-def]
