@@ -182,9 +182,21 @@ def locust_command(args: argparse.Namespace, r: dict, host: str, out: Path, run_
     else:
         cmd += ["--headless", "--run-time", f"{int(round(r['duration']))}s"]
     if r["workers"] > 1:
-        cmd += ["--processes", str(r["workers"])]
+        # A free master port: two distributed runs at once (e.g. both sides of a canary)
+        # must not share Locust's default 5557 and swap workers.
+        port = _free_port()
+        cmd += ["--processes", str(r["workers"]), "--master-bind-host", "127.0.0.1",
+                "--master-bind-port", str(port), "--master-host", "127.0.0.1", "--master-port", str(port)]
     extra = [a for a in getattr(args, "locust_args", []) if a != "--"]
     return cmd + extra
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def cmd_run(argv: list[str]) -> int:
