@@ -582,10 +582,11 @@ def _scope_metrics(
     for lat, qnames in lat_names.items():
         qs = [QUANTILES[q.split("_")[1]] for q in qnames]
         pts: list[list[float | None]] = []
-        boots = []
-        ns = []
+        boots: list[np.ndarray | None] = []
+        ns: list[int] = []
         for side in (0, 1):
-            vals, cl = [], []
+            vals: list[float] = []
+            cl: list[int] = []
             for r in sc.reqs[side]:
                 v = _latency(r, lat)
                 if v is not None:
@@ -604,15 +605,18 @@ def _scope_metrics(
             d = METRICS[qn]
             m = MetricDiff(scope_name, qn, d.unit, d.change, pts[0][j], pts[1][j], ns[0], ns[1])
             m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
-            if min(ns) >= _min_n(q) and m.a and m.b and m.a > 0 and m.b > 0:
+            ba, bb = boots
+            if min(ns) >= _min_n(q) and m.a and m.b and ba is not None and bb is not None:
                 m.change = m.b / m.a - 1.0
-                lr = np.log(boots[1][j]) - np.log(boots[0][j])
+                lr = np.log(bb[j]) - np.log(ba[j])
                 m.se = _robust_se(lr)
             out.append(m)
     for n in names:
         d = METRICS[n]
         if d.kind in ("ratio", "mean"):
-            pt, bs, ns = [], [], []
+            pt: list[float | None] = []
+            bs: list[Any] = []
+            ns = []
             for side in (0, 1):
                 sid, num, den = _ratio_parts(n, sc.reqs[side], sc.sess[side])
                 ns.append(len(sid))
@@ -620,10 +624,10 @@ def _scope_metrics(
                     pt.append(None)
                     bs.append(None)
                     continue
-                cl = np.asarray([idx[side][s] for s in sid], dtype=np.int64)
+                cla = np.asarray([idx[side][s] for s in sid], dtype=np.int64)
                 k = W[side].shape[1]
-                ns_num = _cluster_sums(np.asarray(num), cl, k)
-                ns_den = _cluster_sums(np.asarray(den), cl, k)
+                ns_num = _cluster_sums(np.asarray(num), cla, k)
+                ns_den = _cluster_sums(np.asarray(den), cla, k)
                 pt.append(float(sum(num) / sum(den)))
                 with np.errstate(invalid="ignore", divide="ignore"):
                     bs.append((W[side] @ ns_num) / (W[side] @ ns_den))
@@ -647,34 +651,36 @@ def _scope_metrics(
         elif d.kind == "sum":
             da, db = dur
             per = (da or 1.0, db or 1.0)
-            pt, bs, ns = [], [], []
+            spt: list[float] = []
+            sbs: list[Any] = []
+            ns = []
             for side in (0, 1):
                 rows = [r for r in sc.reqs[side] if r.get("status", "ok") == "ok"]
                 toks = np.asarray([float(r.get("completion_tokens") or 0) for r in rows])
-                cl = np.asarray([idx[side][r.get("session_id", "")] for r in rows], dtype=np.int64)
+                cla = np.asarray([idx[side][r.get("session_id", "")] for r in rows], dtype=np.int64)
                 ns.append(len(rows))
                 sums = (
-                    _cluster_sums(toks, cl, W[side].shape[1])
+                    _cluster_sums(toks, cla, W[side].shape[1])
                     if len(rows)
                     else np.zeros(W[side].shape[1])
                 )
-                pt.append(float(toks.sum()) / per[side])
-                bs.append((W[side] @ sums) / per[side])
+                spt.append(float(toks.sum()) / per[side])
+                sbs.append((W[side] @ sums) / per[side])
             m = MetricDiff(
                 scope_name,
                 n,
                 d.unit if da and db else "tokens",
                 d.change,
-                pt[0],
-                pt[1],
+                spt[0],
+                spt[1],
                 ns[0],
                 ns[1],
             )
             m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
-            if min(ns) >= 20 and pt[0] > 0 and pt[1] > 0:
-                m.change = pt[1] / pt[0] - 1.0
+            if min(ns) >= 20 and spt[0] > 0 and spt[1] > 0:
+                m.change = spt[1] / spt[0] - 1.0
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    m.se = _robust_se(np.log(bs[1]) - np.log(bs[0]))
+                    m.se = _robust_se(np.log(sbs[1]) - np.log(sbs[0]))
             out.append(m)
         elif d.kind == "count":
             counts = []
@@ -842,7 +848,7 @@ def spec_histogram(requests: list[dict], cls: str | None = None) -> list[int]:
 
 
 def _traffic_key(run: dict) -> tuple[Any, Any]:
-    prof = run.get("profile") if isinstance(run.get("profile"), dict) else {}
+    prof = run["profile"] if isinstance(run.get("profile"), dict) else {}
     return run.get("seed", prof.get("seed")), run.get("profile_name", prof.get("name"))
 
 

@@ -84,7 +84,8 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     start = math.floor(lo / step) * step
-    ticks, t = [], start
+    ticks: list[float] = []
+    t = start
     while t <= hi + step * 1e-9 and len(ticks) < 20:
         ticks.append(round(t, 10))
         t += step
@@ -313,22 +314,22 @@ def _itl_points(data: RunData, cls: str | None) -> tuple[list[tuple[float, float
             vals = [agg.percentile_ms("itl", p, cls) for p in pcts]
             if any(v is not None for v in vals):
                 return [
-                    (p, v) for p, v in zip(pcts, vals, strict=True) if v is not None
+                    (float(p), float(v)) for p, v in zip(pcts, vals, strict=True) if v is not None
                 ], "per token gap"
         except (ValueError, KeyError, TypeError):
             pass
-    vals = sorted(
+    means = sorted(
         float(r["itl_ms"]["mean"])
         for r in data.requests
         if (cls is None or r.get("user_class") == cls)
         and isinstance(r.get("itl_ms"), dict)
         and isinstance(r["itl_ms"].get("mean"), (int, float))
     )
-    if not vals:
+    if not means:
         return [], "per request"
-    n = len(vals)
+    n = len(means)
     return [
-        (p, vals[min(n - 1, max(0, math.ceil(p / 100 * n) - 1))]) for p in pcts
+        (p, means[min(n - 1, max(0, math.ceil(p / 100 * n) - 1))]) for p in pcts
     ], "per-request mean"
 
 
@@ -507,8 +508,8 @@ def _css() -> str:
 
 def _run_header(data: RunData) -> list[tuple[str, str]]:
     r = data.run
-    tgt = r.get("target") if isinstance(r.get("target"), dict) else {}
-    prof = r.get("profile") if isinstance(r.get("profile"), dict) else {}
+    tgt: dict[str, Any] = r["target"] if isinstance(r.get("target"), dict) else {}
+    prof: dict[str, Any] = r["profile"] if isinstance(r.get("profile"), dict) else {}
     items = [
         ("run", str(r.get("run_id", data.path.name))),
         ("started", str(r.get("started_at", "-"))),
