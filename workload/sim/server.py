@@ -3,6 +3,16 @@
 The driver runs one engine step, sleeps until the step's modelled end, then
 hands each request its new tokens. Requests that arrive meanwhile join the
 next step, so latencies come from load the way they do on a GPU.
+
+Steps run on the engine's own clock: while the engine has work, the next step
+starts where the previous one ended (a GPU does not wait for the host), not
+whenever this process happens to wake up. A CPU-starved simulator therefore
+delivers tokens late but does not drift — late wake-ups do not accumulate into
+its modelled latencies, so two simulators of the same preset on a busy host
+model the same GPU. The step start moves forward only to let a request that
+arrived in the meantime join (never before its arrival), and by at most
+`MAX_LAG_S` behind the wall clock (after a long stall the engine resynchronises
+instead of bursting through minutes of backlog).
 """
 
 from __future__ import annotations
@@ -18,6 +28,9 @@ from workload.sim.content import ContentModel
 from workload.sim.engine import Engine, EngineRequest
 from workload.sim.http11 import HttpServer
 from workload.sim.promtext import render
+
+# How far the engine clock may trail the wall clock before it resynchronises.
+MAX_LAG_S = 1.0
 
 
 class SimServer:
@@ -36,6 +49,7 @@ class SimServer:
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._labels = f'engine="0",model_name="{cfg.model}"'
+        self._last_submit = float("-inf")  # wall time of the latest arrival
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Bind and start stepping; returns the port."""
@@ -59,7 +73,9 @@ class SimServer:
 
     def submit(self, req: EngineRequest) -> None:
         """Queue a request (QueueFull propagates) and wake the driver."""
-        self.engine.add_request(req, self.now())
+        now = self.now()
+        self._last_submit = now
+        self.engine.add_request(req, now)
         assert self._wake is not None
         self._wake.set()
 
@@ -71,13 +87,18 @@ class SimServer:
         engine, wake = self.engine, self._wake
         assert wake is not None
         loop = asyncio.get_running_loop()
+        clock = float("-inf")  # end of the previous step on the engine clock
         while True:
             if not engine.has_work():
                 wake.clear()
                 await wake.wait()
                 continue
-            now = loop.time()
+            wall = loop.time()
+            # Back to back with the previous step (late wake-ups do not count), but not
+            # before the newest arrival and at most MAX_LAG_S behind the wall clock.
+            now = min(wall, max(clock, self._last_submit, wall - MAX_LAG_S))
             out = engine.step(now)
+            clock = out.end
             if not out.emitted and not out.prefill_tokens:
                 # nothing could run (e.g. every request is mid-prefill under a tiny budget
                 # or waiting for blocks): wait for an arrival or a short tick, never spin
