@@ -83,6 +83,7 @@ def finalize_run(rt: Any) -> int:
     scrape = server.scrape_summary(samples) if samples else {"absent": ["/metrics (not scraped)"]}
     spec_check = server.spec_decode_crosscheck(summary, scrape) if samples else None
 
+    _fill_system_fingerprint(rt.fingerprint, out)
     artifacts.write_json(out / "stats.json", agg.to_dict())
     (out / "junit.xml").write_text(slo.junit_xml(slo_results, suite_name=f"agentload.{rt.profile.name}"))
     run = {
@@ -121,3 +122,18 @@ def finalize_run(rt: Any) -> int:
         print(("  PASS " if r.passed else "  FAIL ") + r.message, flush=True)
     print(f"agentload: artifacts in {out}  (exit {code})", flush=True)
     return code
+
+
+def _fill_system_fingerprint(fingerprint: dict[str, Any], out: Path) -> None:
+    """The server names itself only in responses: take the first one the run recorded."""
+    entry = fingerprint.get("system_fingerprint")
+    if not isinstance(entry, dict) or entry.get("value") not in (None, "unknown"):
+        return
+    for path in sorted(out.glob("requests*.jsonl")):
+        for row in artifacts.iter_jsonl(path):
+            if row.get("system_fingerprint"):
+                fingerprint["system_fingerprint"] = {
+                    "value": row["system_fingerprint"],
+                    "source": "response system_fingerprint",
+                }
+                return
