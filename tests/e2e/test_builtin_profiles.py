@@ -18,9 +18,28 @@ pytestmark = pytest.mark.slow
 def test_builtin_profile_runs(name: str, tmp_path: Path) -> None:
     out = tmp_path / name
     proc = subprocess.run(
-        [sys.executable, "-m", "workload.cli", "run", "--profile", name, "--users", "4",
-         "--duration", "6s", "--sim-preset", "fast", "--out", str(out), "--scrape-interval", "1"],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "workload.cli",
+            "run",
+            "--profile",
+            name,
+            "--users",
+            "4",
+            "--duration",
+            "6s",
+            "--sim-preset",
+            "fast",
+            "--out",
+            str(out),
+            "--scrape-interval",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # 3 is allowed: a few seconds are too short to finish long sessions, and an SLO with
     # no samples fails the gate on purpose (it could not be verified).
     assert proc.returncode in (0, 3), proc.stdout + proc.stderr

@@ -15,8 +15,12 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 
 def agentload(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workload.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "workload.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def rows(run: Path, kind: str) -> list[dict]:
@@ -27,14 +31,32 @@ def rows(run: Path, kind: str) -> list[dict]:
 
 
 def traffic(run: Path) -> set[tuple]:
-    return {(r["session_id"], r["step"], r["attempt"], r["request_id"], r["body_hash"])
-            for r in rows(run, "requests")}
+    return {
+        (r["session_id"], r["step"], r["attempt"], r["request_id"], r["body_hash"])
+        for r in rows(run, "requests")
+    }
 
 
 def run_args(out: Path, workers: int) -> list[str]:
-    return ["run", "--profile", str(FIXTURES / "e2e_chat.yaml"), "--users", "4", "--duration", "60s",
-            "--sessions-per-user", "2", "--workers", str(workers), "--out", str(out),
-            "--sim-preset", "fast", "--scrape-interval", "1"]
+    return [
+        "run",
+        "--profile",
+        str(FIXTURES / "e2e_chat.yaml"),
+        "--users",
+        "4",
+        "--duration",
+        "60s",
+        "--sessions-per-user",
+        "2",
+        "--workers",
+        str(workers),
+        "--out",
+        str(out),
+        "--sim-preset",
+        "fast",
+        "--scrape-interval",
+        "1",
+    ]
 
 
 def test_two_workers_equal_one_worker(tmp_path: Path) -> None:
@@ -43,7 +65,10 @@ def test_two_workers_equal_one_worker(tmp_path: Path) -> None:
     assert p1.returncode == 0, p1.stdout + p1.stderr
     p2 = agentload(*run_args(two, 2))
     assert p2.returncode == 0, p2.stdout + p2.stderr
-    assert sorted(p.name for p in two.glob("requests-*.jsonl")) == ["requests-0.jsonl", "requests-1.jsonl"]
+    assert sorted(p.name for p in two.glob("requests-*.jsonl")) == [
+        "requests-0.jsonl",
+        "requests-1.jsonl",
+    ]
     # Same seed, same sessions: identical bodies whatever the number of workers.
     t1, t2 = traffic(one), traffic(two)
     assert len(t1) == 4 * 2 * 3  # users x sessions x steps
@@ -58,9 +83,25 @@ def test_two_workers_equal_one_worker(tmp_path: Path) -> None:
 
 def test_slo_violation_exits_3_with_junit(tmp_path: Path) -> None:
     out = tmp_path / "gate"
-    p = agentload("run", "--profile", str(FIXTURES / "e2e_chat.yaml"), "--users", "2", "--duration", "30s",
-                  "--sessions-per-user", "1", "--sim-preset", "fast", "--out", str(out),
-                  "--slo", "chat.ttft_p95_ms=0.001", "--slo", "chat.session_success_ratio=0.5")
+    p = agentload(
+        "run",
+        "--profile",
+        str(FIXTURES / "e2e_chat.yaml"),
+        "--users",
+        "2",
+        "--duration",
+        "30s",
+        "--sessions-per-user",
+        "1",
+        "--sim-preset",
+        "fast",
+        "--out",
+        str(out),
+        "--slo",
+        "chat.ttft_p95_ms=0.001",
+        "--slo",
+        "chat.session_success_ratio=0.5",
+    )
     assert p.returncode == 3, p.stdout + p.stderr
     suite = ET.parse(out / "junit.xml").getroot()
     cases = suite.findall(".//testcase")
@@ -71,9 +112,23 @@ def test_slo_violation_exits_3_with_junit(tmp_path: Path) -> None:
 
 def test_slo_pass_exits_0(tmp_path: Path) -> None:
     out = tmp_path / "ok"
-    p = agentload("run", "--profile", str(FIXTURES / "e2e_chat.yaml"), "--users", "2", "--duration", "30s",
-                  "--sessions-per-user", "1", "--sim-preset", "fast", "--out", str(out),
-                  "--slo", "chat.ttft_p95_ms=60000")
+    p = agentload(
+        "run",
+        "--profile",
+        str(FIXTURES / "e2e_chat.yaml"),
+        "--users",
+        "2",
+        "--duration",
+        "30s",
+        "--sessions-per-user",
+        "1",
+        "--sim-preset",
+        "fast",
+        "--out",
+        str(out),
+        "--slo",
+        "chat.ttft_p95_ms=60000",
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     run = json.loads((out / "run.json").read_text())
     assert [r["passed"] for r in run["slo_results"]] == [True]
@@ -81,9 +136,29 @@ def test_slo_pass_exits_0(tmp_path: Path) -> None:
 
 def test_errors_above_ratio_exit_1(tmp_path: Path) -> None:
     out = tmp_path / "err"
-    p = agentload("run", "--profile", str(FIXTURES / "e2e_chat.yaml"), "--users", "2", "--duration", "30s",
-                  "--sessions-per-user", "2", "--sim-preset", "fast", "--out", str(out),
-                  "--max-error-ratio", "0.01", "--sim-fault", "500=1.0")
+    p = agentload(
+        "run",
+        "--profile",
+        str(FIXTURES / "e2e_chat.yaml"),
+        "--users",
+        "2",
+        "--duration",
+        "30s",
+        "--sessions-per-user",
+        "2",
+        "--sim-preset",
+        "fast",
+        "--out",
+        str(out),
+        "--max-error-ratio",
+        "0.01",
+        "--sim-fault",
+        "500=1.0",
+    )
     assert p.returncode == 1, p.stdout + p.stderr
     run = json.loads((out / "run.json").read_text())
-    assert run["summary"]["overall"]["errors_by_kind"]["http_status"] == run["summary"]["overall"]["requests"] > 0
+    assert (
+        run["summary"]["overall"]["errors_by_kind"]["http_status"]
+        == run["summary"]["overall"]["requests"]
+        > 0
+    )

@@ -16,8 +16,12 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 
 def agentload(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workload.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "workload.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -27,8 +31,21 @@ def read_jsonl(path: Path) -> list[dict]:
 def test_run_records_every_request_with_content_ttft(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with KnownServer(content_delay_s=0.2, gap_s=0.01, chunks=5) as srv:
-        proc = agentload("run", "--host", srv.url, "--profile", str(FIXTURES / "e2e_chat.yaml"),
-                         "--users", "3", "--duration", "4s", "--out", str(out), "--scrape-interval", "0")
+        proc = agentload(
+            "run",
+            "--host",
+            srv.url,
+            "--profile",
+            str(FIXTURES / "e2e_chat.yaml"),
+            "--users",
+            "3",
+            "--duration",
+            "4s",
+            "--out",
+            str(out),
+            "--scrape-interval",
+            "0",
+        )
         seen = list(srv.seen)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = read_jsonl(out / "requests.jsonl")
@@ -91,7 +108,13 @@ def test_not_openai_compatible_server(tmp_path: Path) -> None:
     t = threading.Thread(target=httpd.serve_forever, daemon=True)
     t.start()
     try:
-        proc = agentload("run", "--host", f"http://127.0.0.1:{httpd.server_address[1]}", "--out", str(tmp_path / "y"))
+        proc = agentload(
+            "run",
+            "--host",
+            f"http://127.0.0.1:{httpd.server_address[1]}",
+            "--out",
+            str(tmp_path / "y"),
+        )
     finally:
         httpd.shutdown()
     assert proc.returncode == 2
