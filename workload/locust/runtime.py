@@ -68,6 +68,7 @@ class AgentRuntime:
         self.fingerprint: dict[str, Any] = {}
         self.target: dict[str, Any] = {}
         self.seed: int = 0
+        self.progress: Any = None  # headless progress-line greenlet
         self.finalized = False
         self.exit_code = 0
 
