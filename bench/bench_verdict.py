@@ -33,6 +33,7 @@ from scipy import stats as sps  # noqa: E402
 
 from workload.canary import run_canary  # noqa: E402
 from workload.compare import VERDICT_SAME, VERDICT_WORSE, compare_runs  # noqa: E402
+from workload.sim.launcher import SimProcess  # noqa: E402
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -45,11 +46,49 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, c - h), min(1.0, c + h))
 
 
-def trial(out: Path, kind: str, i: int, args: argparse.Namespace) -> dict:
-    from workload.sim.launcher import SimProcess
+def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
+    """One A/A and one regression comparison from three simultaneous runs.
 
+    Three simulators (baseline, a same-preset twin, and the candidate with
+    `ttft_scale`), three `agentload run` children started together with the same
+    seeded traffic. baseline vs twin is the A/A trial, baseline vs candidate the
+    regression trial: both are measured the same way, under the same host load.
+    """
+    from workload.canary import _launch, _run_sides, run_command, traffic_plan
+
+    run_args = ["--profile", args.profile, "--seed", str(args.seed + i), *args.run_arg]
+    if args.duration:
+        run_args += ["--duration", args.duration]
+    plan = traffic_plan(run_args)
+    sims = {
+        "baseline": SimProcess(preset=args.preset, seed=1000 + i),
+        "twin": SimProcess(preset=args.preset, seed=1000 + i),
+        "candidate": SimProcess(
+            preset=args.preset, seed=1000 + i, sets=[f"ttft_scale={args.scale}"]
+        ),
+    }
+    t0 = time.time()
+    try:
+        for sp in sims.values():
+            sp.start()
+        group = [
+            (n, run_command(sp.url, out / n, run_args), out / f"{n}.log") for n, sp in sims.items()
+        ]
+        out.mkdir(parents=True, exist_ok=True)
+        codes = _run_sides([group], plan["duration_s"] + 300.0, _launch)
+    finally:
+        for sp in sims.values():
+            sp.stop()
+    wall = time.time() - t0
+    return [
+        {"kind": "aa", "i": i, "exit": codes, "wall_s": wall, **judge(out, "twin")},
+        {"kind": "regression", "i": i, "exit": codes, "wall_s": wall, **judge(out)},
+    ]
+
+
+def trial(out: Path, kind: str, i: int, args: argparse.Namespace) -> dict:
     scale = args.scale if kind == "regression" else 1.0
-    run_args = ["--profile", args.profile, "--seed", str(args.seed + i)]
+    run_args = ["--profile", args.profile, "--seed", str(args.seed + i), *args.run_arg]
     if args.duration:
         run_args += ["--duration", args.duration]
     a = SimProcess(preset=args.preset, seed=1000 + i).start()
@@ -63,9 +102,9 @@ def trial(out: Path, kind: str, i: int, args: argparse.Namespace) -> dict:
     return {"kind": kind, "i": i, "exit": code, "wall_s": time.time() - t0, **judge(out)}
 
 
-def judge(out: Path) -> dict:
+def judge(out: Path, other: str = "candidate") -> dict:
     """Re-compare a kept trial directory (so rules can be re-evaluated without rerunning)."""
-    cmp = compare_runs(out / "baseline", out / "candidate")
+    cmp = compare_runs(out / "baseline", out / other)
     rows = {(m.scope, m.metric): m for m in cmp.metrics}
     ttft = {
         s: rows[(s, "ttft_p95")] for s, m in rows if m == "ttft_p95" and not s.startswith("step:")
@@ -164,6 +203,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=100)
     p.add_argument("--kinds", default="aa,regression")
     p.add_argument(
+        "--design",
+        default="triple",
+        choices=("triple", "pairs"),
+        help="triple: baseline, twin and candidate at once (one A/A and one regression "
+        "comparison per trial); pairs: a separate canary per trial kind",
+    )
+    p.add_argument(
+        "--run-arg",
+        action="append",
+        default=[],
+        help="extra `agentload run` argument for every run, e.g. --run-arg=--users=12",
+    )
+    p.add_argument(
         "--out", type=Path, default=Path("bench-out") / f"verdict-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     p.add_argument(
@@ -172,12 +224,28 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     results = []
     if args.reanalyze:
-        for d in sorted(args.reanalyze.glob("*-trial-*")):
-            if (d / "baseline").exists() and (d / "candidate").exists():
-                kind, _, i = d.name.partition("-trial-")
-                results.append({"kind": kind, "i": int(i), **judge(d)})
+        for d in sorted(args.reanalyze.glob("*trial-*")):
+            if not ((d / "baseline").exists() and (d / "candidate").exists()):
+                continue
+            kind, _, i = d.name.partition("trial-")
+            if (d / "twin").exists():
+                results.append({"kind": "aa", "i": int(i), **judge(d, "twin")})
+                results.append({"kind": "regression", "i": int(i), **judge(d)})
+            else:
+                results.append({"kind": kind.rstrip("-"), "i": int(i), **judge(d)})
     else:
         for i in range(args.trials):
+            if args.design == "triple":
+                for r in trial_triple(args.out / f"trial-{i:03d}", i, args):
+                    results.append(r)
+                    print(
+                        f"[{r['kind']} {i}] {r['verdict']} flags {r['flags']} ttft_p95 "
+                        f"{json.dumps({s: round(v['change'] or 0, 4) for s, v in r['ttft_p95'].items()})} "
+                        f"({r['wall_s']:.0f} s)",
+                        flush=True,
+                    )
+                (args.out / "results.json").write_text(json.dumps(results, indent=1))
+                continue
             for kind in args.kinds.split(","):
                 r = trial(args.out / f"{kind}-trial-{i:03d}", kind, i, args)
                 results.append(r)

@@ -195,3 +195,36 @@ def test_main_compare_exit_codes(tmp_path, base, capsys):
     assert main_compare([str(base), str(same), "--threshold", "ttft_p95"]) == 2
     assert main_compare([str(base)]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_counts_below_min_samples_are_not_judged(tmp_path):
+    few = {"interactive": ClassSpec(sessions=12, steps=4)}
+    a = write_run(tmp_path / "a", classes=few)
+    b = write_run(tmp_path / "b", classes=few, noise_seed=2, session_share=0.5)
+    cmp = compare_runs(a, b)
+    row = _row(cmp, "overall", "completed_sessions")
+    assert row.gated and row.verdict == "insufficient data" and row.se is None
+    # so it does not widen the other gated intervals either
+    assert cmp.gated_count == max(1, sum(1 for m in cmp.rows(gated=True) if m.se))
+
+
+def test_class_that_is_the_whole_run_is_gated_once(tmp_path):
+    one = {"interactive": ClassSpec(sessions=150, steps=4)}
+    a = write_run(tmp_path / "a", classes=one)
+    b = write_run(tmp_path / "b", classes=one, noise_seed=2, ttft_scale=1.2)
+    cmp = compare_runs(a, b)
+    over, cls = _row(cmp, "overall", "ttft_p95"), _row(cmp, "class:interactive", "ttft_p95")
+    assert over.gated and not cls.gated and cls.same_as == "overall"
+    assert cls.ci == pytest.approx(over.ci, rel=0.05)  # its own bootstrap draws
+    assert cls.verdict == over.verdict == VERDICT_WORSE
+    assert not any(m.gated for m in cmp.rows("class:interactive"))
+    # a class-scoped threshold of its own keeps the class row gated
+    cmp = compare_runs(a, b, {"interactive.ttft_p95": 15})
+    assert _row(cmp, "class:interactive", "ttft_p95").gated
+
+
+def test_two_classes_keep_their_own_gates(tmp_path, base):
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2)
+    cmp = compare_runs(base, b)
+    assert _row(cmp, "class:interactive", "ttft_p95").gated
+    assert _row(cmp, "class:background", "ttft_p95").gated

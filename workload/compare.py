@@ -336,6 +336,7 @@ class MetricDiff:
     paired_share: float = 0.0
     se: float | None = None  # standard error on the test scale (log ratio | difference)
     higher_is_worse: bool = True
+    same_as: str | None = None  # scope whose gated row is this same test (then not gated)
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -557,8 +558,11 @@ def _judge(m: MetricDiff, z: float) -> None:
         m.verdict = VERDICT_SAME
 
 
+MIN_SAMPLES = 20  # per side, below which a metric is "insufficient data"
+
+
 def _min_n(q: float) -> int:
-    return max(20, math.ceil(5 / (1 - q)))
+    return max(MIN_SAMPLES, math.ceil(5 / (1 - q)))
 
 
 def _scope_metrics(
@@ -633,7 +637,7 @@ def _scope_metrics(
                     bs.append((W[side] @ ns_num) / (W[side] @ ns_den))
             m = MetricDiff(scope_name, n, d.unit, d.change, pt[0], pt[1], ns[0], ns[1])
             m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
-            if min(ns) >= 20 and pt[0] is not None and pt[1] is not None:
+            if min(ns) >= MIN_SAMPLES and pt[0] is not None and pt[1] is not None:
                 if d.change == "relative":
                     if pt[0] > 0 and pt[1] > 0:
                         m.change = pt[1] / pt[0] - 1.0
@@ -677,7 +681,7 @@ def _scope_metrics(
                 ns[1],
             )
             m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
-            if min(ns) >= 20 and spt[0] > 0 and spt[1] > 0:
+            if min(ns) >= MIN_SAMPLES and spt[0] > 0 and spt[1] > 0:
                 m.change = spt[1] / spt[0] - 1.0
                 with np.errstate(invalid="ignore", divide="ignore"):
                     m.se = _robust_se(np.log(sbs[1]) - np.log(sbs[0]))
@@ -697,7 +701,10 @@ def _scope_metrics(
                 counts[0] * scale[0], counts[1] * scale[1], counts[0], counts[1],
             )  # fmt: skip
             m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
-            if max(counts) > 0:
+            # Like every other metric: below MIN_SAMPLES per side it is reported, not judged
+            # (a 10 % change in 10 sessions is far inside Poisson noise, and a metric that
+            # cannot be flagged must not widen every other interval through Bonferroni).
+            if min(counts) >= MIN_SAMPLES:
                 ca, cb = counts[0] + 0.5, counts[1] + 0.5
                 m.change = (cb * scale[1]) / (ca * scale[0]) - 1.0
                 m.se = math.sqrt(1 / ca + 1 / cb)
@@ -847,6 +854,27 @@ def spec_histogram(requests: list[dict], cls: str | None = None) -> list[int]:
 # --------------------------------------------------------------------------- entry point
 
 
+def _drop_duplicate_gates(metrics: list[MetricDiff]) -> None:
+    """Un-gate a class row that is the overall row again (that class holds all the data).
+
+    When one class carries every sample of a metric (e.g. only the streamed class
+    has TTFT), its row and the overall row are the same test on the same data;
+    gating both would only spend Bonferroni budget twice. Same samples means same
+    counts and same point values on both sides; a class-scoped threshold that
+    differs from the overall one keeps the class row gated.
+    """
+    overall = {m.metric: m for m in metrics if m.scope == "overall" and m.gated}
+    for m in metrics:
+        o = overall.get(m.metric)
+        if (
+            o is not None
+            and m.gated
+            and m.scope.startswith("class:")
+            and (m.n_a, m.n_b, m.a, m.b, m.threshold) == (o.n_a, o.n_b, o.a, o.b, o.threshold)
+        ):
+            m.gated, m.same_as = False, "overall"
+
+
 def _traffic_key(run: dict) -> tuple[Any, Any]:
     prof = run["profile"] if isinstance(run.get("profile"), dict) else {}
     return run.get("seed", prof.get("seed")), run.get("profile_name", prof.get("name"))
@@ -920,6 +948,7 @@ def compare_runs(
         if t is not None:
             m.threshold = t / 100.0  # per-step rows use it for the T/2 floor but do not gate
             m.gated = not step
+    _drop_duplicate_gates(metrics)
     alpha = 1.0 - confidence
     # Tarone: only gated metrics that can vary count towards the Bonferroni divisor.
     k = sum(1 for m in metrics if m.gated and m.se is not None and math.isfinite(m.se) and m.se > 0)
@@ -927,7 +956,7 @@ def compare_runs(
     z_gated = float(_sps.norm.ppf(1 - alpha / (2 * k)))
     z_plain = float(_sps.norm.ppf(1 - alpha / 2))
     for m in metrics:
-        _judge(m, z_gated if m.gated else z_plain)
+        _judge(m, z_gated if m.gated or m.same_as else z_plain)
     gated = [m for m in metrics if m.gated]
     if any(m.verdict == VERDICT_WORSE for m in gated):
         verdict = VERDICT_WORSE
