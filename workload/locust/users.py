@@ -62,6 +62,8 @@ class AgentUser(User):
     def on_start(self) -> None:
         rt = self.environment.agentload
         self.runtime = rt
+        if rt is None or rt.planner is None:
+            return  # setup failed (bad start-form input): the runner is stopping this test
         self.user_index = rt.next_user_index()
         self.traffic_class = assign_class(rt.class_table, self.user_index)
         self.session_index = 0
@@ -69,6 +71,8 @@ class AgentUser(User):
     @task
     def play_session(self) -> None:
         rt = self.runtime
+        if rt is None or rt.planner is None:
+            raise StopUser()
         limit = int(rt.opts.sessions_per_user or 0)
         if limit and self.session_index >= limit:
             rt.user_done()
