@@ -235,7 +235,14 @@ def cmd_run(argv: list[str]) -> int:
             sim.stop()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt()
+
+
 def _run_child(cmd: list[str]) -> int:
+    # SIGTERM (CI cancelling a job) ends the run like Ctrl-C: Locust writes its artifacts
+    # and the embedded simulator is stopped by the caller's finally.
+    signal.signal(signal.SIGTERM, _interrupt)
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     proc = subprocess.Popen(cmd, env=env)
