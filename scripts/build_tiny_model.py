@@ -68,16 +68,119 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # detokenization and the hermes parser finds them in the text and the vocab.
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 
-WORDS = (
-    "the of and to in is that for it as with was on be by this are from at or an have "
-    "not which but all were when we there can more if will one about up out so what "
-    "agent tool call session step user assistant system request response token cache "
-    "prefix context model server latency stream chunk prompt output input result error "
-    "file path line code test function class return value list dict string number "
-    "search read write edit run build query answer plan task search_web read_file "
-    "write_file run_tests get_weather location units celsius city json schema object "
-    "array boolean null true false data report summary analysis source document page"
-).split()
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "with",
+    "was",
+    "on",
+    "be",
+    "by",
+    "this",
+    "are",
+    "from",
+    "at",
+    "or",
+    "an",
+    "have",
+    "not",
+    "which",
+    "but",
+    "all",
+    "were",
+    "when",
+    "we",
+    "there",
+    "can",
+    "more",
+    "if",
+    "will",
+    "one",
+    "about",
+    "up",
+    "out",
+    "so",
+    "what",
+    "agent",
+    "tool",
+    "call",
+    "session",
+    "step",
+    "user",
+    "assistant",
+    "system",
+    "request",
+    "response",
+    "token",
+    "cache",
+    "prefix",
+    "context",
+    "model",
+    "server",
+    "latency",
+    "stream",
+    "chunk",
+    "prompt",
+    "output",
+    "input",
+    "result",
+    "error",
+    "file",
+    "path",
+    "line",
+    "code",
+    "test",
+    "function",
+    "class",
+    "return",
+    "value",
+    "list",
+    "dict",
+    "string",
+    "number",
+    "search",
+    "read",
+    "write",
+    "edit",
+    "run",
+    "build",
+    "query",
+    "answer",
+    "plan",
+    "task",
+    "search_web",
+    "read_file",
+    "write_file",
+    "run_tests",
+    "get_weather",
+    "location",
+    "units",
+    "celsius",
+    "city",
+    "json",
+    "schema",
+    "object",
+    "array",
+    "boolean",
+    "null",
+    "true",
+    "false",
+    "data",
+    "report",
+    "summary",
+    "analysis",
+    "source",
+    "document",
+    "page",
+]
 
 CODE_LINES = [
     "def {w}({a}, {b}):\n    return {a} + {b}\n",
@@ -113,15 +216,28 @@ def generate_corpus(seed: int, n_chars: int) -> list[str]:
             words = [rng.choice(prose) for _ in range(rng.randint(8, 40))]
             s = " ".join(words).capitalize() + rng.choice([".", "?", "!", ":"])
         elif kind < 0.75:
-            args = {rng.choice(WORDS): rng.choice([rng.choice(WORDS), rng.randint(0, 999)])
-                    for _ in range(rng.randint(1, 3))}
-            s = "<tool_call>\n" + json.dumps({"name": rng.choice(WORDS), "arguments": args}) + "\n</tool_call>"
+            args = {
+                rng.choice(WORDS): rng.choice([rng.choice(WORDS), rng.randint(0, 999)])
+                for _ in range(rng.randint(1, 3))
+            }
+            s = (
+                "<tool_call>\n"
+                + json.dumps({"name": rng.choice(WORDS), "arguments": args})
+                + "\n</tool_call>"
+            )
         elif kind < 0.92:
             s = rng.choice(CODE_LINES).format(
-                w=rng.choice(WORDS), W=rng.choice(WORDS).capitalize(), a=rng.choice(WORDS),
-                b=rng.choice(WORDS), n=rng.randint(0, 100), m=rng.randint(0, 10000))
+                w=rng.choice(WORDS),
+                W=rng.choice(WORDS).capitalize(),
+                a=rng.choice(WORDS),
+                b=rng.choice(WORDS),
+                n=rng.randint(0, 100),
+                m=rng.randint(0, 10000),
+            )
         else:
-            s = " ".join(str(rng.randint(0, 10**rng.randint(1, 6))) for _ in range(rng.randint(3, 12)))
+            s = " ".join(
+                str(rng.randint(0, 10 ** rng.randint(1, 6))) for _ in range(rng.randint(3, 12))
+            )
         out.append(s)
         total += len(s)
     return out
@@ -201,14 +317,20 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = build_tokenizer(a.vocab_size, a.seed)
     tokenizer.model_max_length = a.max_len
     tokenizer.save_pretrained(a.out)
-    single = sum(1 for w in lorem_words() if len(tokenizer.encode(" " + w, add_special_tokens=False)) == 1)
-    print(f"  tokenizer: {len(tokenizer)} tokens, {single} lorem words are one token "
-          f"({time.monotonic() - t0:.1f} s)", flush=True)
+    single = sum(
+        1 for w in lorem_words() if len(tokenizer.encode(" " + w, add_special_tokens=False)) == 1
+    )
+    print(
+        f"  tokenizer: {len(tokenizer)} tokens, {single} lorem words are one token "
+        f"({time.monotonic() - t0:.1f} s)",
+        flush=True,
+    )
     if single < 300:
         raise SystemExit(f"only {single} lorem words are single tokens; agentload needs >= 100")
 
-    model = build_model(tokenizer, hidden=a.hidden, layers=a.layers, max_len=a.max_len,
-                        dtype=a.dtype, seed=a.seed)
+    model = build_model(
+        tokenizer, hidden=a.hidden, layers=a.layers, max_len=a.max_len, dtype=a.dtype, seed=a.seed
+    )
     model.save_pretrained(a.out, safe_serialization=True)
     n_params = sum(p.numel() for p in model.parameters())
     info = {
@@ -231,9 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     rendered = tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}],
         tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-        tokenize=False, add_generation_prompt=True)
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     assert "<tool_call>" in rendered and rendered.endswith("<|im_start|>assistant\n"), rendered
-    print(f"  model: {n_params / 1e6:.2f} M params, {a.dtype} ({time.monotonic() - t0:.1f} s)", flush=True)
+    print(
+        f"  model: {n_params / 1e6:.2f} M params, {a.dtype} ({time.monotonic() - t0:.1f} s)",
+        flush=True,
+    )
     return 0
 
 

@@ -27,18 +27,33 @@ OUT = Path(__file__).resolve().parents[1] / "fixtures/vllm_real"
 M = SERVED_MODEL_NAME
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "read_file", "description": "Read a file from the workspace",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
-                       "required": ["path"]}}},
-    {"type": "function", "function": {
-        "name": "run_tests", "description": "Run the test suite",
-        "parameters": {"type": "object", "properties": {"target": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file from the workspace",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "run_tests",
+            "description": "Run the test suite",
+            "parameters": {"type": "object", "properties": {"target": {"type": "string"}}},
+        },
+    },
 ]
 # Repetitive text: n-gram speculation finds matches, so acceptance shows.
 REPEAT = "the agent reads the file and the agent runs the tests. " * 20
 # ~1k tokens of shared prefix for the prefix-cache pair.
-LONG_PREFIX = " ".join(f"line {i}: search result {i * 7 % 101} for the query about caching." for i in range(120))
+LONG_PREFIX = " ".join(
+    f"line {i}: search result {i * 7 % 101} for the query about caching." for i in range(120)
+)
 KEEP_HEADERS = ("content-type", "transfer-encoding", "content-length", "x-request-id", "server")
 
 
@@ -48,9 +63,17 @@ class Capturer:
         self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
         self.index: dict[str, dict] = {}
 
-    def exchange(self, name: str, method: str, path: str, body: object = None, *,
-                 raw: bytes | None = None, headers: dict[str, str] | None = None,
-                 note: str = "") -> bytes:
+    def exchange(
+        self,
+        name: str,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        note: str = "",
+    ) -> bytes:
         """One request; the response body goes to OUT/name verbatim."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
         hdrs = {"Content-Type": "application/json", **(headers or {})}
@@ -61,12 +84,17 @@ class Capturer:
         conn.close()
         (OUT / name).write_bytes(payload)
         self.index[name] = {
-            "request": {"method": method, "path": path,
-                        **({"headers": headers} if headers else {}),
-                        **({"body": _shorten(body)} if body is not None else {}),
-                        **({"raw_body": raw.decode(errors="replace")} if raw is not None else {})},
+            "request": {
+                "method": method,
+                "path": path,
+                **({"headers": headers} if headers else {}),
+                **({"body": _shorten(body)} if body is not None else {}),
+                **({"raw_body": raw.decode(errors="replace")} if raw is not None else {}),
+            },
             "status": resp.status,
-            "response_headers": {k.lower(): v for k, v in resp.getheaders() if k.lower() in KEEP_HEADERS},
+            "response_headers": {
+                k.lower(): v for k, v in resp.getheaders() if k.lower() in KEEP_HEADERS
+            },
             **({"note": note} if note else {}),
         }
         print(f"  {resp.status} {method} {path} -> {name} ({len(payload)} B)", flush=True)
@@ -95,72 +123,184 @@ def capture(c: Capturer) -> None:
     """The fixed set of exchanges; keep each response small."""
     c.exchange("models.json", "GET", "/v1/models")
     c.exchange("version.json", "GET", "/version")
-    c.exchange("server_info.txt", "GET", "/server_info",
-               note="only served with VLLM_SERVER_DEV_MODE=1; otherwise 404")
+    c.exchange(
+        "server_info.txt",
+        "GET",
+        "/server_info",
+        note="only served with VLLM_SERVER_DEV_MODE=1; otherwise 404",
+    )
     user = [{"role": "user", "content": "Summarise: " + REPEAT}]
-    c.exchange("chat_stream.sse", "POST", "/v1/chat/completions",
-               chat(user, max_tokens=16, **STREAM),
-               headers={"X-Request-Id": "agentload-s1-step1-a0"},
-               note="X-Request-Id header becomes the response id (chatcmpl-<id>)")
-    c.exchange("chat_stream_no_usage.sse", "POST", "/v1/chat/completions",
-               chat([{"role": "user", "content": "hi"}], max_tokens=4, stream=True),
-               note="stream without stream_options.include_usage: no usage/metrics chunk")
-    c.exchange("chat_nonstream.json", "POST", "/v1/chat/completions",
-               chat(user, max_tokens=16))
-    c.exchange("chat_stream_tool_call.sse", "POST", "/v1/chat/completions",
-               chat([{"role": "user", "content": "Read README.md then run the tests."}],
-                    tools=TOOLS, tool_choice={"type": "function", "function": {"name": "read_file"}},
-                    max_tokens=40, **STREAM),
-               note="named tool_choice: guided JSON, random weights give garbage arguments")
-    c.exchange("chat_nonstream_tool_required.json", "POST", "/v1/chat/completions",
-               chat([{"role": "user", "content": "Run the tests."}], tools=TOOLS,
-                    tool_choice="required", max_tokens=40))
-    c.exchange("chat_stream_tool_auto.sse", "POST", "/v1/chat/completions",
-               chat([{"role": "user", "content": "Run the tests."}], tools=TOOLS,
-                    tool_choice="auto", max_tokens=8, **STREAM),
-               note="auto: the random model never emits <tool_call>, so plain content")
+    c.exchange(
+        "chat_stream.sse",
+        "POST",
+        "/v1/chat/completions",
+        chat(user, max_tokens=16, **STREAM),
+        headers={"X-Request-Id": "agentload-s1-step1-a0"},
+        note="X-Request-Id header becomes the response id (chatcmpl-<id>)",
+    )
+    c.exchange(
+        "chat_stream_no_usage.sse",
+        "POST",
+        "/v1/chat/completions",
+        chat([{"role": "user", "content": "hi"}], max_tokens=4, stream=True),
+        note="stream without stream_options.include_usage: no usage/metrics chunk",
+    )
+    c.exchange("chat_nonstream.json", "POST", "/v1/chat/completions", chat(user, max_tokens=16))
+    c.exchange(
+        "chat_stream_tool_call.sse",
+        "POST",
+        "/v1/chat/completions",
+        chat(
+            [{"role": "user", "content": "Read README.md then run the tests."}],
+            tools=TOOLS,
+            tool_choice={"type": "function", "function": {"name": "read_file"}},
+            max_tokens=40,
+            **STREAM,
+        ),
+        note="named tool_choice: guided JSON, random weights give garbage arguments",
+    )
+    c.exchange(
+        "chat_nonstream_tool_required.json",
+        "POST",
+        "/v1/chat/completions",
+        chat(
+            [{"role": "user", "content": "Run the tests."}],
+            tools=TOOLS,
+            tool_choice="required",
+            max_tokens=40,
+        ),
+    )
+    c.exchange(
+        "chat_stream_tool_auto.sse",
+        "POST",
+        "/v1/chat/completions",
+        chat(
+            [{"role": "user", "content": "Run the tests."}],
+            tools=TOOLS,
+            tool_choice="auto",
+            max_tokens=8,
+            **STREAM,
+        ),
+        note="auto: the random model never emits <tool_call>, so plain content",
+    )
     # Actual-history mode: the model's own (malformed) call goes back in the history.
     history = [
         {"role": "user", "content": "Read README.md."},
-        {"role": "assistant", "content": None, "tool_calls": [{
-            "id": "call_0", "type": "function",
-            "function": {"name": "read_file", "arguments": "{\"path\": \"READ"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_0",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "READ'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_0", "content": "# agentload"},
     ]
-    c.exchange("chat_malformed_tool_args_in_history.json", "POST", "/v1/chat/completions",
-               chat(history, tools=TOOLS, max_tokens=4),
-               note="assistant tool_call arguments that are not valid JSON sent back in history")
-    c.exchange("completions_stream.sse", "POST", "/v1/completions",
-               {"model": M, "prompt": REPEAT, "max_tokens": 16, "temperature": 0, **STREAM})
-    c.exchange("completions_nonstream.json", "POST", "/v1/completions",
-               {"model": M, "prompt": "The agent", "max_tokens": 8, "temperature": 0})
+    c.exchange(
+        "chat_malformed_tool_args_in_history.json",
+        "POST",
+        "/v1/chat/completions",
+        chat(history, tools=TOOLS, max_tokens=4),
+        note="assistant tool_call arguments that are not valid JSON sent back in history",
+    )
+    c.exchange(
+        "completions_stream.sse",
+        "POST",
+        "/v1/completions",
+        {"model": M, "prompt": REPEAT, "max_tokens": 16, "temperature": 0, **STREAM},
+    )
+    c.exchange(
+        "completions_nonstream.json",
+        "POST",
+        "/v1/completions",
+        {"model": M, "prompt": "The agent", "max_tokens": 8, "temperature": 0},
+    )
     # Prefix cache: the same ~1k-token prompt twice; the second reports cached_tokens.
     for i in (1, 2):
-        c.exchange(f"chat_prefix_cache_{i}.json", "POST", "/v1/chat/completions",
-                   chat([{"role": "system", "content": LONG_PREFIX},
-                         {"role": "user", "content": f"question {i}"}], max_tokens=2),
-                   note="same long system prompt twice: cached_tokens in whole KV blocks")
-    c.exchange("tokenize_prompt.json", "POST", "/tokenize",
-               {"model": M, "prompt": "The agent reads the file."})
-    c.exchange("tokenize_messages.json", "POST", "/tokenize",
-               {"model": M, "messages": [{"role": "system", "content": "You are terse."},
-                                         {"role": "user", "content": "Read README.md."}],
-                "add_generation_prompt": True})
+        c.exchange(
+            f"chat_prefix_cache_{i}.json",
+            "POST",
+            "/v1/chat/completions",
+            chat(
+                [
+                    {"role": "system", "content": LONG_PREFIX},
+                    {"role": "user", "content": f"question {i}"},
+                ],
+                max_tokens=2,
+            ),
+            note="same long system prompt twice: cached_tokens in whole KV blocks",
+        )
+    c.exchange(
+        "tokenize_prompt.json",
+        "POST",
+        "/tokenize",
+        {"model": M, "prompt": "The agent reads the file."},
+    )
+    c.exchange(
+        "tokenize_messages.json",
+        "POST",
+        "/tokenize",
+        {
+            "model": M,
+            "messages": [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Read README.md."},
+            ],
+            "add_generation_prompt": True,
+        },
+    )
     c.exchange("detokenize.json", "POST", "/detokenize", {"model": M, "tokens": [10, 300, 2000]})
-    c.exchange("error_unknown_model.json", "POST", "/v1/chat/completions",
-               {"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
-    c.exchange("error_invalid_json.json", "POST", "/v1/chat/completions", raw=b'{"model": "x", "messages": [')
-    c.exchange("error_prompt_too_long.json", "POST", "/v1/chat/completions",
-               chat([{"role": "user", "content": "word " * 9000}], max_tokens=16))
-    c.exchange("error_max_tokens_too_large.json", "POST", "/v1/completions",
-               {"model": M, "prompt": "hi", "max_tokens": 9000})
-    c.exchange("chat_priority_without_policy.json", "POST", "/v1/chat/completions",
-               chat([{"role": "user", "content": "hi"}], max_tokens=2, priority=5),
-               note="accepted (200) although the server runs the default fcfs policy")
-    c.exchange("chat_extras_accepted.json", "POST", "/v1/chat/completions",
-               chat([{"role": "user", "content": "hi"}], max_completion_tokens=3, min_tokens=3,
-                    ignore_eos=True, cache_salt="run-1"),
-               note="vLLM request extras accepted without extra server flags")
+    c.exchange(
+        "error_unknown_model.json",
+        "POST",
+        "/v1/chat/completions",
+        {
+            "model": "no-such-model",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 2,
+        },
+    )
+    c.exchange(
+        "error_invalid_json.json",
+        "POST",
+        "/v1/chat/completions",
+        raw=b'{"model": "x", "messages": [',
+    )
+    c.exchange(
+        "error_prompt_too_long.json",
+        "POST",
+        "/v1/chat/completions",
+        chat([{"role": "user", "content": "word " * 9000}], max_tokens=16),
+    )
+    c.exchange(
+        "error_max_tokens_too_large.json",
+        "POST",
+        "/v1/completions",
+        {"model": M, "prompt": "hi", "max_tokens": 9000},
+    )
+    c.exchange(
+        "chat_priority_without_policy.json",
+        "POST",
+        "/v1/chat/completions",
+        chat([{"role": "user", "content": "hi"}], max_tokens=2, priority=5),
+        note="accepted (200) although the server runs the default fcfs policy",
+    )
+    c.exchange(
+        "chat_extras_accepted.json",
+        "POST",
+        "/v1/chat/completions",
+        chat(
+            [{"role": "user", "content": "hi"}],
+            max_completion_tokens=3,
+            min_tokens=3,
+            ignore_eos=True,
+            cache_salt="run-1",
+        ),
+        note="vLLM request extras accepted without extra server flags",
+    )
     c.exchange("metrics.txt", "GET", "/metrics", note="after all the requests above")
 
 
@@ -177,7 +317,8 @@ def trim_startup_log(text: str) -> str:
         r"Maximum concurrency|speculative|Speculative|prefix|Prefix|chunked|"
         r"tool|Tool|chat template|Chat template|Starting vLLM|Route: /v1|"
         r"Application startup complete|WARNING|fallback|Falling back|dtype|"
-        r"Loading weights took|Model loading took|init engine|Uvicorn|Started server)")
+        r"Loading weights took|Model loading took|init engine|Uvicorn|Started server)"
+    )
     out: list[str] = []
     started = False
     last_err = ""
@@ -215,13 +356,19 @@ def main(argv: list[str] | None = None) -> int:
         capture(c)
         # Read the log before stopping: shutdown noise is not part of the sample.
         if a.log.exists():
-            (OUT / "server_startup.log").write_text(trim_startup_log(a.log.read_text(errors="replace")))
+            (OUT / "server_startup.log").write_text(
+                trim_startup_log(a.log.read_text(errors="replace"))
+            )
     finally:
         if srv:
             srv.stop()
     version = json.loads((OUT / "version.json").read_text())["version"]
-    index = {"vllm_version": version, "served_model_name": M,
-             "server_flags": list(SERVER_FLAGS), "exchanges": c.index}
+    index = {
+        "vllm_version": version,
+        "served_model_name": M,
+        "server_flags": list(SERVER_FLAGS),
+        "exchanges": c.index,
+    }
     (OUT / "index.json").write_text(json.dumps(index, indent=1) + "\n")
     print(f"wrote {len(c.index)} samples to {OUT}", file=sys.stderr)
     return 0

@@ -49,8 +49,11 @@ class _External:
             return r.read()
 
     def post_json(self, path: str, body: dict, timeout: float = 120.0) -> dict:
-        req = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.base_url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
 
@@ -71,7 +74,11 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             pytest.fail(f"AGENTLOAD_REQUIRE_VLLM=1 but {problem}", pytrace=False)
         pytest.skip(problem)
     log_dir = os.environ.get("AGENTLOAD_VLLM_LOG_DIR")
-    log = Path(log_dir) / "vllm-server.log" if log_dir else tmp_path_factory.mktemp("vllm") / "server.log"
+    log = (
+        Path(log_dir) / "vllm-server.log"
+        if log_dir
+        else tmp_path_factory.mktemp("vllm") / "server.log"
+    )
     srv = VllmServer(log_path=log)
     t0 = time.monotonic()
     try:
@@ -114,8 +121,14 @@ def delta(before: dict[str, Any], after: dict[str, Any], counter: str) -> float:
 def agentload(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """`agentload ...` as CI would run it (the project's interpreter)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "workload.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "workload.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=env,
+    )
 
 
 def read_jsonl(run_dir: Path, kind: str) -> list[dict[str, Any]]:

@@ -35,10 +35,13 @@ SERVER_FLAGS: tuple[str, ...] = (
     "--enable-prefix-caching",
     "--enable-prompt-tokens-details",
     "--enable-per-request-metrics",
-    "--per-request-spec-decode-metrics", "summary",
-    "--speculative-config", '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}',
+    "--per-request-spec-decode-metrics",
+    "summary",
+    "--speculative-config",
+    '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}',
     "--enable-auto-tool-choice",
-    "--tool-call-parser", "hermes",
+    "--tool-call-parser",
+    "hermes",
 )
 
 
@@ -88,11 +91,19 @@ class VllmServer:
 
     def argv(self) -> list[str]:
         return [
-            str(self.home / "venv/bin/python"), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self.home / "model"),
-            "--served-model-name", SERVED_MODEL_NAME,
-            "--host", "127.0.0.1", "--port", str(self.port),
-            *SERVER_FLAGS, *self.extra_args,
+            str(self.home / "venv/bin/python"),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.home / "model"),
+            "--served-model-name",
+            SERVED_MODEL_NAME,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *SERVER_FLAGS,
+            *self.extra_args,
         ]
 
     def start(self, timeout_s: float = 240.0) -> None:
@@ -115,19 +126,26 @@ class VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the server
         self.proc = subprocess.Popen(
-            self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True,  # own process group: stop() kills it all
+            self.argv(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # own process group: stop() kills it all
         )
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.proc.returncode} during startup:\n"
-                                   + self.log_tail())
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
+                raise RuntimeError(
+                    f"vLLM exited with {self.proc.returncode} during startup:\n" + self.log_tail()
+                )
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(self.base_url + "/health", timeout=2) as r,
+            ):
+                if r.status == 200:
+                    return
             time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"vLLM not healthy after {timeout_s:.0f} s:\n" + self.log_tail())
@@ -141,10 +159,8 @@ class VllmServer:
         # only it gets SIGTERM; the whole group is signalled only if it lingers.
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.proc.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
         # Children (engine core, worker) may outlive the leader briefly.
@@ -170,8 +186,11 @@ class VllmServer:
             return r.read()
 
     def post_json(self, path: str, body: dict, timeout: float = 120.0) -> dict:
-        req = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.base_url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
 
@@ -191,8 +210,10 @@ def _group_alive(pgid: int) -> bool:
 
 def main() -> int:
     """Run a server in the foreground until Ctrl-C / SIGTERM."""
-    srv = VllmServer(log_path=Path(os.environ.get("AGENTLOAD_VLLM_LOG", "/tmp/agentload-vllm.log")),
-                     extra_args=tuple(sys.argv[1:]))
+    srv = VllmServer(
+        log_path=Path(os.environ.get("AGENTLOAD_VLLM_LOG", "/tmp/agentload-vllm.log")),
+        extra_args=tuple(sys.argv[1:]),
+    )
     srv.start()
     print(f"vLLM {srv.base_url} model={srv.model} log={srv.log_path}", flush=True)
     stop = False

@@ -26,9 +26,20 @@ from workload.sim.launcher import SimProcess
 
 pytestmark = pytest.mark.vllm
 
-TOOLS = [{"type": "function", "function": {
-    "name": "read_file", "description": "Read a file",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    }
+]
 REPEAT = "the agent reads the file and the agent runs the tests. " * 10
 STREAM = {"stream": True, "stream_options": {"include_usage": True}}
 
@@ -42,73 +53,77 @@ KNOWN_SIM_DIFFS: set[str] = {
     # and omits message.tool_calls when there are none (the sim sends []).
     # vLLM adds usage.prompt_tokens_details.created_cache_tokens; tool-call
     # deltas carry "content": null; error.param is a string ("body.28").
-    'chat_nonstream missing in sim: .choices[].message.reasoning (null)',
-    'chat_nonstream missing in sim: .usage.prompt_tokens_details.created_cache_tokens (int)',
-    'chat_nonstream only in sim:    .choices[].message.reasoning_content (null)',
-    'chat_nonstream only in sim:    .choices[].message.tool_calls (list)',
-    'chat_stream [content] only in sim:    .system_fingerprint (str)',
-    'chat_stream [finish] only in sim:    .system_fingerprint (str)',
-    'chat_stream [role] only in sim:    .system_fingerprint (str)',
-    'chat_stream [usage] missing in sim: .usage.prompt_tokens_details.created_cache_tokens (int)',
-    'chat_stream_no_usage [content] only in sim:    .system_fingerprint (str)',
-    'chat_stream_no_usage [role] only in sim:    .system_fingerprint (str)',
-    'chat_stream_tool_named [finish] missing in sim: .choices[].delta.content (null)',
-    'chat_stream_tool_named [finish] only in sim:    .system_fingerprint (str)',
-    'chat_stream_tool_named [role] only in sim:    .system_fingerprint (str)',
-    'chat_stream_tool_named [tool_call_args] missing in sim: .choices[].delta.content (null)',
-    'chat_stream_tool_named [tool_call_args] only in sim:    .system_fingerprint (str)',
-    'chat_stream_tool_named [tool_call_start] missing in sim: .choices[].delta.content (null)',
-    'chat_stream_tool_named [tool_call_start] only in sim:    .system_fingerprint (str)',
-    'chat_stream_tool_named [usage] missing in sim: .usage.prompt_tokens_details.created_cache_tokens (int)',
-    'completions_nonstream missing in sim: .usage.prompt_tokens_details.created_cache_tokens (null)',
-    'completions_nonstream only in sim:    .prompt_logprobs (null)',
-    'completions_stream [content] only in sim:    .system_fingerprint (str)',
-    'completions_stream [finish] only in sim:    .system_fingerprint (str)',
-    'error_invalid_json kind differs:   .error.param vLLM str / sim null',
+    "chat_nonstream missing in sim: .choices[].message.reasoning (null)",
+    "chat_nonstream missing in sim: .usage.prompt_tokens_details.created_cache_tokens (int)",
+    "chat_nonstream only in sim:    .choices[].message.reasoning_content (null)",
+    "chat_nonstream only in sim:    .choices[].message.tool_calls (list)",
+    "chat_stream [content] only in sim:    .system_fingerprint (str)",
+    "chat_stream [finish] only in sim:    .system_fingerprint (str)",
+    "chat_stream [role] only in sim:    .system_fingerprint (str)",
+    "chat_stream [usage] missing in sim: .usage.prompt_tokens_details.created_cache_tokens (int)",
+    "chat_stream_no_usage [content] only in sim:    .system_fingerprint (str)",
+    "chat_stream_no_usage [role] only in sim:    .system_fingerprint (str)",
+    "chat_stream_tool_named [finish] missing in sim: .choices[].delta.content (null)",
+    "chat_stream_tool_named [finish] only in sim:    .system_fingerprint (str)",
+    "chat_stream_tool_named [role] only in sim:    .system_fingerprint (str)",
+    "chat_stream_tool_named [tool_call_args] missing in sim: .choices[].delta.content (null)",
+    "chat_stream_tool_named [tool_call_args] only in sim:    .system_fingerprint (str)",
+    "chat_stream_tool_named [tool_call_start] missing in sim: .choices[].delta.content (null)",
+    "chat_stream_tool_named [tool_call_start] only in sim:    .system_fingerprint (str)",
+    "chat_stream_tool_named [usage] missing in sim: .usage.prompt_tokens_details.created_cache_tokens (int)",
+    "completions_nonstream missing in sim: .usage.prompt_tokens_details.created_cache_tokens (null)",
+    "completions_nonstream only in sim:    .prompt_logprobs (null)",
+    "completions_stream [content] only in sim:    .system_fingerprint (str)",
+    "completions_stream [finish] only in sim:    .system_fingerprint (str)",
+    "error_invalid_json kind differs:   .error.param vLLM str / sim null",
     # --- null-valued fields vLLM 0.32 always sends and the sim omits:
-    'chat_nonstream missing in sim: .choices[].routed_experts (null)',
-    'chat_nonstream missing in sim: .choices[].token_ids (null)',
-    'chat_nonstream missing in sim: .ec_transfer_params (null)',
-    'chat_nonstream missing in sim: .metrics.speculative_decoding.per_step_accepted (null)',
-    'chat_nonstream missing in sim: .metrics.speculative_decoding.per_step_drafted (null)',
-    'chat_nonstream missing in sim: .prompt_text (null)',
-    'chat_nonstream missing in sim: .prompt_token_ids (null)',
-    'chat_nonstream missing in sim: .service_tier (null)',
-    'chat_nonstream missing in sim: .usage.completion_tokens_details (null)',
-    'chat_nonstream missing in sim: .usage.prompt_tokens_details.multimodal_tokens (null)',
-    'chat_stream [content] missing in sim: .choices[].token_ids (null)',
-    'chat_stream [finish] missing in sim: .choices[].token_ids (null)',
-    'chat_stream [role] missing in sim: .prompt_text (null)',
-    'chat_stream [role] missing in sim: .prompt_token_ids (null)',
-    'chat_stream_no_usage [content] missing in sim: .choices[].token_ids (null)',
-    'chat_stream_no_usage [finish] missing in sim: .choices[].token_ids (null)',
-    'chat_stream_no_usage [role] missing in sim: .prompt_text (null)',
-    'chat_stream_no_usage [role] missing in sim: .prompt_token_ids (null)',
-    'chat_stream_tool_named [finish] missing in sim: .choices[].token_ids (null)',
-    'chat_stream_tool_named [role] missing in sim: .prompt_text (null)',
-    'chat_stream_tool_named [role] missing in sim: .prompt_token_ids (null)',
-    'chat_stream_tool_named [tool_call_args] missing in sim: .choices[].token_ids (null)',
-    'chat_stream_tool_named [tool_call_start] missing in sim: .choices[].token_ids (null)',
-    'completions_nonstream missing in sim: .choices[].prompt_token_ids (null)',
-    'completions_nonstream missing in sim: .choices[].routed_experts (null)',
-    'completions_nonstream missing in sim: .choices[].token_ids (null)',
-    'completions_nonstream missing in sim: .ec_transfer_params (null)',
-    'completions_nonstream missing in sim: .metrics.speculative_decoding.per_step_accepted (null)',
-    'completions_nonstream missing in sim: .metrics.speculative_decoding.per_step_drafted (null)',
-    'completions_nonstream missing in sim: .service_tier (null)',
-    'completions_nonstream missing in sim: .usage.completion_tokens_details (null)',
-    'completions_nonstream missing in sim: .usage.prompt_tokens_details.multimodal_tokens (null)',
-    'completions_stream [content] missing in sim: .choices[].prompt_token_ids (null)',
-    'completions_stream [content] missing in sim: .choices[].token_ids (null)',
-    'completions_stream [finish] missing in sim: .choices[].prompt_token_ids (null)',
-    'completions_stream [finish] missing in sim: .choices[].token_ids (null)',
+    "chat_nonstream missing in sim: .choices[].routed_experts (null)",
+    "chat_nonstream missing in sim: .choices[].token_ids (null)",
+    "chat_nonstream missing in sim: .ec_transfer_params (null)",
+    "chat_nonstream missing in sim: .metrics.speculative_decoding.per_step_accepted (null)",
+    "chat_nonstream missing in sim: .metrics.speculative_decoding.per_step_drafted (null)",
+    "chat_nonstream missing in sim: .prompt_text (null)",
+    "chat_nonstream missing in sim: .prompt_token_ids (null)",
+    "chat_nonstream missing in sim: .service_tier (null)",
+    "chat_nonstream missing in sim: .usage.completion_tokens_details (null)",
+    "chat_nonstream missing in sim: .usage.prompt_tokens_details.multimodal_tokens (null)",
+    "chat_stream [content] missing in sim: .choices[].token_ids (null)",
+    "chat_stream [finish] missing in sim: .choices[].token_ids (null)",
+    "chat_stream [role] missing in sim: .prompt_text (null)",
+    "chat_stream [role] missing in sim: .prompt_token_ids (null)",
+    "chat_stream_no_usage [content] missing in sim: .choices[].token_ids (null)",
+    "chat_stream_no_usage [finish] missing in sim: .choices[].token_ids (null)",
+    "chat_stream_no_usage [role] missing in sim: .prompt_text (null)",
+    "chat_stream_no_usage [role] missing in sim: .prompt_token_ids (null)",
+    "chat_stream_tool_named [finish] missing in sim: .choices[].token_ids (null)",
+    "chat_stream_tool_named [role] missing in sim: .prompt_text (null)",
+    "chat_stream_tool_named [role] missing in sim: .prompt_token_ids (null)",
+    "chat_stream_tool_named [tool_call_args] missing in sim: .choices[].token_ids (null)",
+    "chat_stream_tool_named [tool_call_start] missing in sim: .choices[].token_ids (null)",
+    "completions_nonstream missing in sim: .choices[].prompt_token_ids (null)",
+    "completions_nonstream missing in sim: .choices[].routed_experts (null)",
+    "completions_nonstream missing in sim: .choices[].token_ids (null)",
+    "completions_nonstream missing in sim: .ec_transfer_params (null)",
+    "completions_nonstream missing in sim: .metrics.speculative_decoding.per_step_accepted (null)",
+    "completions_nonstream missing in sim: .metrics.speculative_decoding.per_step_drafted (null)",
+    "completions_nonstream missing in sim: .service_tier (null)",
+    "completions_nonstream missing in sim: .usage.completion_tokens_details (null)",
+    "completions_nonstream missing in sim: .usage.prompt_tokens_details.multimodal_tokens (null)",
+    "completions_stream [content] missing in sim: .choices[].prompt_token_ids (null)",
+    "completions_stream [content] missing in sim: .choices[].token_ids (null)",
+    "completions_stream [finish] missing in sim: .choices[].prompt_token_ids (null)",
+    "completions_stream [finish] missing in sim: .choices[].token_ids (null)",
 }
 
 
 def exchanges(model: str, max_len: int) -> dict[str, tuple[str, str, Any]]:
     """name -> (method, path, body); the same for both servers except model and limits."""
-    chat = {"model": model, "temperature": 0, "max_tokens": 12,
-            "messages": [{"role": "user", "content": REPEAT}]}
+    chat = {
+        "model": model,
+        "temperature": 0,
+        "max_tokens": 12,
+        "messages": [{"role": "user", "content": REPEAT}],
+    }
     named = {"type": "function", "function": {"name": "read_file"}}
     return {
         "models": ("GET", "/v1/models", None),
@@ -116,28 +131,49 @@ def exchanges(model: str, max_len: int) -> dict[str, tuple[str, str, Any]]:
         "chat_stream": ("POST", "/v1/chat/completions", {**chat, **STREAM}),
         "chat_stream_no_usage": ("POST", "/v1/chat/completions", {**chat, "stream": True}),
         "chat_nonstream": ("POST", "/v1/chat/completions", chat),
-        "chat_stream_tool_named": ("POST", "/v1/chat/completions",
-                                   {**chat, **STREAM, "tools": TOOLS, "tool_choice": named, "max_tokens": 40}),
-        "completions_stream": ("POST", "/v1/completions",
-                               {"model": model, "prompt": REPEAT, "max_tokens": 12, "temperature": 0, **STREAM}),
-        "completions_nonstream": ("POST", "/v1/completions",
-                                  {"model": model, "prompt": REPEAT, "max_tokens": 12, "temperature": 0}),
+        "chat_stream_tool_named": (
+            "POST",
+            "/v1/chat/completions",
+            {**chat, **STREAM, "tools": TOOLS, "tool_choice": named, "max_tokens": 40},
+        ),
+        "completions_stream": (
+            "POST",
+            "/v1/completions",
+            {"model": model, "prompt": REPEAT, "max_tokens": 12, "temperature": 0, **STREAM},
+        ),
+        "completions_nonstream": (
+            "POST",
+            "/v1/completions",
+            {"model": model, "prompt": REPEAT, "max_tokens": 12, "temperature": 0},
+        ),
         "tokenize_prompt": ("POST", "/tokenize", {"model": model, "prompt": "The agent reads."}),
         "tokenize_messages": ("POST", "/tokenize", {"model": model, "messages": chat["messages"]}),
         "error_unknown_model": ("POST", "/v1/chat/completions", {**chat, "model": "no-such-model"}),
         "error_invalid_json": ("POST", "/v1/chat/completions", b'{"model": "x", "messages": ['),
-        "error_prompt_too_long": ("POST", "/v1/completions",
-                                  {"model": model, "prompt": " word" * (max_len + 100), "max_tokens": 4}),
-        "error_max_tokens_too_large": ("POST", "/v1/completions",
-                                       {"model": model, "prompt": "hi", "max_tokens": max_len + 1}),
+        "error_prompt_too_long": (
+            "POST",
+            "/v1/completions",
+            {"model": model, "prompt": " word" * (max_len + 100), "max_tokens": 4},
+        ),
+        "error_max_tokens_too_large": (
+            "POST",
+            "/v1/completions",
+            {"model": model, "prompt": "hi", "max_tokens": max_len + 1},
+        ),
     }
 
 
 def _send(base_url: str, method: str, path: str, body: Any) -> tuple[int, str, bytes]:
     u = urlsplit(base_url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
-    data = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else None)
-    conn.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+    data = (
+        body
+        if isinstance(body, bytes)
+        else (json.dumps(body).encode() if body is not None else None)
+    )
+    conn.request(
+        method, path, body=data, headers={"Content-Type": "application/json"} if data else {}
+    )
     r = conn.getresponse()
     raw = r.read()
     conn.close()
@@ -190,19 +226,28 @@ def test_fields_agentload_reads_have_the_same_shape(wire) -> None:
         assert roles["role"][".choices[].delta.content"] == {"str"}, label  # "" on the role chunk
         assert "str" in roles["content"][".choices[].delta.content"], label
         usage = roles["usage"]
-        for p in (".usage.prompt_tokens", ".usage.completion_tokens",
-                  ".usage.prompt_tokens_details.cached_tokens", ".system_fingerprint",
-                  ".metrics.time_to_first_token_ms", ".metrics.speculative_decoding.num_accepted_draft_tokens",
-                  ".metrics.speculative_decoding.num_draft_tokens", ".metrics.speculative_decoding.num_spec_steps",
-                  ".metrics.speculative_decoding.acceptance_histogram[]"):
+        for p in (
+            ".usage.prompt_tokens",
+            ".usage.completion_tokens",
+            ".usage.prompt_tokens_details.cached_tokens",
+            ".system_fingerprint",
+            ".metrics.time_to_first_token_ms",
+            ".metrics.speculative_decoding.num_accepted_draft_tokens",
+            ".metrics.speculative_decoding.num_draft_tokens",
+            ".metrics.speculative_decoding.num_spec_steps",
+            ".metrics.speculative_decoding.acceptance_histogram[]",
+        ):
             assert p in usage, (label, p)
         assert usage[".choices"] == {"list"}, label  # choices: [] on the usage chunk
         no_usage = stream_shapes(wire["chat_stream_no_usage"][label][2])
         assert "usage" not in no_usage, label
         tool = stream_shapes(wire["chat_stream_tool_named"][label][2])
         start = tool.get("tool_call_start", {})
-        for p in (".choices[].delta.tool_calls[].id", ".choices[].delta.tool_calls[].index",
-                  ".choices[].delta.tool_calls[].function.name"):
+        for p in (
+            ".choices[].delta.tool_calls[].id",
+            ".choices[].delta.tool_calls[].index",
+            ".choices[].delta.tool_calls[].function.name",
+        ):
             assert p in start, (label, p)
         comp = stream_shapes(wire["completions_stream"][label][2])
         assert "str" in comp["content"][".choices[].text"], label
@@ -210,8 +255,12 @@ def test_fields_agentload_reads_have_the_same_shape(wire) -> None:
             s = shape(json.loads(wire[name][label][2]))
             assert ".usage.prompt_tokens_details.cached_tokens" in s, (label, name)
             assert ".metrics.speculative_decoding.num_draft_tokens" in s, (label, name)
-        for name in ("error_unknown_model", "error_invalid_json", "error_prompt_too_long",
-                     "error_max_tokens_too_large"):
+        for name in (
+            "error_unknown_model",
+            "error_invalid_json",
+            "error_prompt_too_long",
+            "error_max_tokens_too_large",
+        ):
             s = shape(json.loads(wire[name][label][2]))
             assert {".error.message", ".error.type", ".error.code"} <= set(s), (label, name)
 
@@ -231,8 +280,14 @@ def test_every_other_wire_difference_is_known(wire) -> None:
     gone = sorted(KNOWN_SIM_DIFFS - seen)
     assert not new, (
         "new sim vs vLLM wire differences (fix the simulator, or list them in "
-        "KNOWN_SIM_DIFFS if agentload does not care):\n  " + "\n  ".join(new)
-        + ("\n(no longer seen, remove from KNOWN_SIM_DIFFS: " + "; ".join(gone) + ")" if gone else ""))
+        "KNOWN_SIM_DIFFS if agentload does not care):\n  "
+        + "\n  ".join(new)
+        + (
+            "\n(no longer seen, remove from KNOWN_SIM_DIFFS: " + "; ".join(gone) + ")"
+            if gone
+            else ""
+        )
+    )
 
 
 # ---------------------------------------------------------------- artifacts
@@ -251,10 +306,29 @@ SCRIPTED = [  # quickstart, small and quick on both servers
 
 def _run(url: str, out: Path) -> dict[str, Any]:
     sets = [a for s in SCRIPTED for a in ("--set", s)]
-    proc = agentload("run", "--host", url, "--profile", "quickstart", "--users", "4", "--duration", "90s",
-                     "--sessions-per-user", "1", "--seed", "5", "--out", str(out), "--scrape-interval", "1",
-                     *sets)
-    assert (out / "run.json").exists(), f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    proc = agentload(
+        "run",
+        "--host",
+        url,
+        "--profile",
+        "quickstart",
+        "--users",
+        "4",
+        "--duration",
+        "90s",
+        "--sessions-per-user",
+        "1",
+        "--seed",
+        "5",
+        "--out",
+        str(out),
+        "--scrape-interval",
+        "1",
+        *sets,
+    )
+    assert (out / "run.json").exists(), (
+        f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    )
     return json.loads((out / "run.json").read_text())
 
 
@@ -263,7 +337,9 @@ def _presence(rows: list[dict[str, Any]]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for r in rows:
         for k, v in r.items():
-            out.setdefault(k, set()).add("null" if v is None else "empty" if v in ([], {}, "") else "value")
+            out.setdefault(k, set()).add(
+                "null" if v is None else "empty" if v in ([], {}, "") else "value"
+            )
     return out
 
 
@@ -272,18 +348,31 @@ def _keys(obj: Any, path: str = "") -> set[str]:
         out = {path or "$"}
         for k, v in obj.items():
             # per-class / per-step / per-label keys are data, not schema
-            if path.endswith((".by_class", ".by_step", ".fingerprint", ".labels", ".profile",
-                              ".request_success", "errors_by_kind")):
+            if path.endswith(
+                (
+                    ".by_class",
+                    ".by_step",
+                    ".fingerprint",
+                    ".labels",
+                    ".profile",
+                    ".request_success",
+                    "errors_by_kind",
+                )
+            ):
                 continue
             out |= _keys(v, f"{path}.{k}")
         return out
     return {path}
 
 
-def test_same_scripted_workload_gives_same_artifact_schema(vllm_server, sim, tmp_path: Path) -> None:
+def test_same_scripted_workload_gives_same_artifact_schema(
+    vllm_server, sim, tmp_path: Path
+) -> None:
     real = _run(vllm_server.base_url, tmp_path / "vllm")
     simr = _run(sim.url, tmp_path / "sim")
-    assert sorted(p.name for p in (tmp_path / "vllm").iterdir()) == sorted(p.name for p in (tmp_path / "sim").iterdir())
+    assert sorted(p.name for p in (tmp_path / "vllm").iterdir()) == sorted(
+        p.name for p in (tmp_path / "sim").iterdir()
+    )
     assert set(real) == set(simr)
     assert set(real["fingerprint"]) == set(simr["fingerprint"])
     schema_diff = _keys(real) ^ _keys(simr)
@@ -299,6 +388,10 @@ def test_same_scripted_workload_gives_same_artifact_schema(vllm_server, sim, tmp
         mismatched = {k: (rp[k], sp[k]) for k in rp if ("value" in rp[k]) != ("value" in sp[k])}
         assert not mismatched, (kind, mismatched)
     # identical bodies: scripted mode does not depend on the replies
-    rb = sorted(r["body_hash"] for r in read_jsonl(tmp_path / "vllm", "requests") if "body_hash" in r)
-    sb = sorted(r["body_hash"] for r in read_jsonl(tmp_path / "sim", "requests") if "body_hash" in r)
+    rb = sorted(
+        r["body_hash"] for r in read_jsonl(tmp_path / "vllm", "requests") if "body_hash" in r
+    )
+    sb = sorted(
+        r["body_hash"] for r in read_jsonl(tmp_path / "sim", "requests") if "body_hash" in r
+    )
     assert rb == sb

@@ -28,16 +28,20 @@ def shrink(profile: str) -> list[str]:
     p = load_profile(profile)
     sets = []
     for name in p.tools:
-        sets += [f"tools.{name}.description_tokens=40",
-                 f"tools.{name}.result_tokens={{dist: uniform, low: 20, high: 160}}",
-                 f"tools.{name}.latency_s={{dist: constant, value: 0.05}}"]
+        sets += [
+            f"tools.{name}.description_tokens=40",
+            f"tools.{name}.result_tokens={{dist: uniform, low: 20, high: 160}}",
+            f"tools.{name}.latency_s={{dist: constant, value: 0.05}}",
+        ]
     for name, c in p.classes.items():
         k = f"classes.{name}"
-        sets += [f"{k}.system_prompt.tokens={min(c.system_prompt.tokens, 600)}",
-                 f"{k}.steps={{dist: constant, value: {1 if c.steps.max == 1 or name == 'background' else 3}}}",
-                 f"{k}.think_time_s={{dist: constant, value: 0.05}}",
-                 f"{k}.user_turn={{dist: uniform, low: 20, high: 200}}",
-                 f"{k}.output.tokens={{dist: uniform, low: 8, high: 48}}"]
+        sets += [
+            f"{k}.system_prompt.tokens={min(c.system_prompt.tokens, 600)}",
+            f"{k}.steps={{dist: constant, value: {1 if c.steps.max == 1 or name == 'background' else 3}}}",
+            f"{k}.think_time_s={{dist: constant, value: 0.05}}",
+            f"{k}.user_turn={{dist: uniform, low: 20, high: 200}}",
+            f"{k}.output.tokens={{dist: uniform, low: 8, high: 48}}",
+        ]
         if c.output.final_tokens is not None:
             sets.append(f"{k}.output.final_tokens={{dist: uniform, low: 8, high: 48}}")
         if c.context.compact_at_tokens is not None:
@@ -58,13 +62,39 @@ def users_for(profile: str) -> int:
     return fixed + max(len(weighted), round(sum(weighted) / min(weighted)))
 
 
-def run(vllm_server, out: Path, profile: str, *extra: str, users: int | None = None,
-        seed: int = 1, timeout: float = 240) -> tuple[Any, dict[str, Any]]:
+def run(
+    vllm_server,
+    out: Path,
+    profile: str,
+    *extra: str,
+    users: int | None = None,
+    seed: int = 1,
+    timeout: float = 240,
+) -> tuple[Any, dict[str, Any]]:
     sets = [a for s in shrink(profile) for a in ("--set", s)]
-    args = ["run", "--host", vllm_server.base_url, "--profile", profile,
-            "--users", str(users or users_for(profile)), "--duration", "90s",
-            "--sessions-per-user", "1", "--seed", str(seed), "--out", str(out),
-            "--tokenizer", "server", "--scrape-interval", "1", *sets, *extra]
+    args = [
+        "run",
+        "--host",
+        vllm_server.base_url,
+        "--profile",
+        profile,
+        "--users",
+        str(users or users_for(profile)),
+        "--duration",
+        "90s",
+        "--sessions-per-user",
+        "1",
+        "--seed",
+        str(seed),
+        "--out",
+        str(out),
+        "--tokenizer",
+        "server",
+        "--scrape-interval",
+        "1",
+        *sets,
+        *extra,
+    ]
     if getattr(vllm_server, "log_path", None):
         args += ["--server-log", str(vllm_server.log_path)]
     proc = agentload(*args, timeout=timeout)
@@ -77,7 +107,9 @@ def _explain(proc: Any) -> str:
 
 
 @pytest.mark.parametrize("profile", BUILTIN)
-def test_builtin_profile_runs_shrunk_against_real_vllm(vllm_server, tmp_path: Path, profile: str) -> None:
+def test_builtin_profile_runs_shrunk_against_real_vllm(
+    vllm_server, tmp_path: Path, profile: str
+) -> None:
     before = scrape(vllm_server)
     proc, run_json = run(vllm_server, tmp_path / "run", profile)
     after = scrape(vllm_server)
@@ -87,15 +119,22 @@ def test_builtin_profile_runs_shrunk_against_real_vllm(vllm_server, tmp_path: Pa
     reqs = read_jsonl(tmp_path / "run", "requests")
     sessions = read_jsonl(tmp_path / "run", "sessions")
     assert reqs and sessions
-    bad = [(r["user_class"], r["error_kind"], r["error_detail"]) for r in reqs if r["status"] != "ok"]
+    bad = [
+        (r["user_class"], r["error_kind"], r["error_detail"]) for r in reqs if r["status"] != "ok"
+    ]
     assert not bad, bad
-    assert {s["outcome"] for s in sessions} == {"completed"}, [(s["outcome"], s["reason"]) for s in sessions]
+    assert {s["outcome"] for s in sessions} == {"completed"}, [
+        (s["outcome"], s["reason"]) for s in sessions
+    ]
     assert {r["user_class"] for r in reqs} == set(load_profile(profile).classes)
     # Everything the server served came from this run (nothing cancelled, nothing else running).
     assert len(reqs) == sum(after["labelled"]["vllm:request_success_total"].values()) - sum(
-        before["labelled"].get("vllm:request_success_total", {}).values())
+        before["labelled"].get("vllm:request_success_total", {}).values()
+    )
     assert sum(r["prompt_tokens"] for r in reqs) == delta(before, after, "vllm:prompt_tokens_total")
-    assert sum(r["completion_tokens"] for r in reqs) == delta(before, after, "vllm:generation_tokens_total")
+    assert sum(r["completion_tokens"] for r in reqs) == delta(
+        before, after, "vllm:generation_tokens_total"
+    )
     for r in reqs:
         assert r["server_metrics"] is not None and r["spec_decode"] is not None, r["request_id"]
         assert r["response_id"] and r["request_id"] in r["response_id"]
@@ -113,8 +152,12 @@ def test_spec_decode_and_prefix_cache_match_metrics_over_a_run(vllm_server, tmp_
     acc = sum(s["num_accepted_draft_tokens"] for s in sd)
     assert acc > 0
     assert acc == delta(before, after, "vllm:spec_decode_num_accepted_tokens_total")
-    assert sum(s["num_draft_tokens"] for s in sd) == delta(before, after, "vllm:spec_decode_num_draft_tokens_total")
-    assert sum(s["num_spec_steps"] for s in sd) == delta(before, after, "vllm:spec_decode_num_drafts_total")
+    assert sum(s["num_draft_tokens"] for s in sd) == delta(
+        before, after, "vllm:spec_decode_num_draft_tokens_total"
+    )
+    assert sum(s["num_spec_steps"] for s in sd) == delta(
+        before, after, "vllm:spec_decode_num_drafts_total"
+    )
     # The run's own aggregate says the same.
     agg = run_json["summary"]["overall"]["spec_decode"]
     assert agg["accepted_tokens"] == acc and agg["requests_with_stats"] == len(reqs)
@@ -153,14 +196,18 @@ def test_fingerprint_in_run_json_comes_from_the_real_server(vllm_server, tmp_pat
     assert run_json["tokenizer"] == "server"
 
 
-def test_fingerprint_in_run_json_has_the_responses_system_fingerprint(vllm_server, tmp_path: Path) -> None:
+def test_fingerprint_in_run_json_has_the_responses_system_fingerprint(
+    vllm_server, tmp_path: Path
+) -> None:
     """Every reply says `system_fingerprint: vllm-0.32.0-<hash>`; the run's fingerprint records it."""
     proc, run_json = run(vllm_server, tmp_path / "run", "chat")
     assert run_json, _explain(proc)
     seen = {r["system_fingerprint"] for r in read_jsonl(tmp_path / "run", "requests")}
     assert len(seen) == 1 and next(iter(seen)).startswith("vllm-0.32.0-")
     assert run_json["fingerprint"]["system_fingerprint"] == {
-        "value": next(iter(seen)), "source": "response system_fingerprint"}
+        "value": next(iter(seen)),
+        "source": "response system_fingerprint",
+    }
 
 
 def test_server_tokenizer_run_sends_exact_prompt_sizes(vllm_server, tmp_path: Path) -> None:
@@ -170,28 +217,52 @@ def test_server_tokenizer_run_sends_exact_prompt_sizes(vllm_server, tmp_path: Pa
     sys_n, user_n = 300, 40
     # shrink()'s --set lines come first, so these exact sizes win
     proc, run_json = run(
-        vllm_server, tmp_path / "exact", "chat", "--set", f"classes.chat.system_prompt.tokens={sys_n}",
-        "--set", f"classes.chat.user_turn={{dist: constant, value: {user_n}}}",
-        "--set", "classes.chat.steps={dist: constant, value: 1}", users=3)
+        vllm_server,
+        tmp_path / "exact",
+        "chat",
+        "--set",
+        f"classes.chat.system_prompt.tokens={sys_n}",
+        "--set",
+        f"classes.chat.user_turn={{dist: constant, value: {user_n}}}",
+        "--set",
+        "classes.chat.steps={dist: constant, value: 1}",
+        users=3,
+    )
     assert run_json, _explain(proc)
     tok = ServerTokenizer(vllm_server.base_url, vllm_server.model)
-    overhead = tok.count_messages([{"role": "system", "content": ""}, {"role": "user", "content": ""}])
+    overhead = tok.count_messages(
+        [{"role": "system", "content": ""}, {"role": "user", "content": ""}]
+    )
     reqs = read_jsonl(tmp_path / "exact", "requests")
     assert len(reqs) == 3
     assert {r["prompt_tokens"] for r in reqs} == {sys_n + user_n + overhead}
 
 
-def test_actual_history_malformed_tool_calls_are_tool_loop_failures(vllm_server, tmp_path: Path) -> None:
-    proc, run_json = run(vllm_server, tmp_path / "run", "quickstart", "--set", "history=actual",
-                         "--set", "classes.agent.tool_choice=named",
-                         "--set", "classes.agent.tool_call_probability=1.0",
-                         "--set", "max_error_ratio=1.0", users=4)
+def test_actual_history_malformed_tool_calls_are_tool_loop_failures(
+    vllm_server, tmp_path: Path
+) -> None:
+    proc, run_json = run(
+        vllm_server,
+        tmp_path / "run",
+        "quickstart",
+        "--set",
+        "history=actual",
+        "--set",
+        "classes.agent.tool_choice=named",
+        "--set",
+        "classes.agent.tool_call_probability=1.0",
+        "--set",
+        "max_error_ratio=1.0",
+        users=4,
+    )
     assert run_json, _explain(proc)
     sessions = read_jsonl(tmp_path / "run", "sessions")
     reqs = read_jsonl(tmp_path / "run", "requests")
     agent = [s for s in sessions if s["user_class"] == "agent"]
     assert agent
-    assert {(s["outcome"], s["reason"]) for s in agent} == {("tool_loop_failure", "malformed tool call")}
+    assert {(s["outcome"], s["reason"]) for s in agent} == {
+        ("tool_loop_failure", "malformed tool call")
+    }
     calls = [c for r in reqs if r["user_class"] == "agent" for c in r["tool_calls"]]
     assert calls and all(c["arguments_valid"] is False for c in calls)
     # Session outcomes are counted here; summary.overall.tool_loop_failures counts only

@@ -29,7 +29,9 @@ def test_fingerprint_filled_from_real_server(vllm_server) -> None:
     assert fp["kv_num_gpu_blocks"]["source"] == src and fp["kv_num_gpu_blocks"]["value"] > 0
     assert fp["kv_capacity_tokens"]["value"] == 128 * fp["kv_num_gpu_blocks"]["value"]
     assert _value(fp, "prefix_caching") == ("True", src)
-    assert fp["_probes"]["/server_info"] == "HTTP 404"  # no VLLM_SERVER_DEV_MODE: unknown, not invented
+    assert (
+        fp["_probes"]["/server_info"] == "HTTP 404"
+    )  # no VLLM_SERVER_DEV_MODE: unknown, not invented
     assert fp["vllm_env"]["value"] == "unknown"
     assert fp["label.ci"]["value"] == "vllm-cpu"
     if log is not None:
@@ -49,17 +51,23 @@ def test_parse_metrics_sees_every_tracked_series(vllm_server) -> None:
     assert m["engines"] == ["0"]
     (cc,) = m["cache_config"]
     assert cc["block_size"] == "128" and cc["enable_prefix_caching"] == "True"
-    assert set(m["labelled"]["vllm:spec_decode_num_accepted_tokens_per_pos_total"]) == {"0", "1", "2"}
+    assert set(m["labelled"]["vllm:spec_decode_num_accepted_tokens_per_pos_total"]) == {
+        "0",
+        "1",
+        "2",
+    }
 
 
 def test_server_tokenizer_counts_match_usage(vllm_server) -> None:
     tok = ServerTokenizer(vllm_server.base_url, vllm_server.model)
     text = "The agent reads the file, then runs the tests and reports."
     msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": text}]
-    comp = vllm_server.post_json("/v1/completions", {"model": vllm_server.model, "prompt": text,
-                                                     "max_tokens": 1})
-    chat = vllm_server.post_json("/v1/chat/completions", {"model": vllm_server.model,
-                                                          "messages": msgs, "max_tokens": 1})
+    comp = vllm_server.post_json(
+        "/v1/completions", {"model": vllm_server.model, "prompt": text, "max_tokens": 1}
+    )
+    chat = vllm_server.post_json(
+        "/v1/chat/completions", {"model": vllm_server.model, "messages": msgs, "max_tokens": 1}
+    )
     assert tok.count(text) == comp["usage"]["prompt_tokens"]
     assert tok.count_messages(msgs) == chat["usage"]["prompt_tokens"]
     assert tok.decode(tok.encode(text)) == text
@@ -72,15 +80,20 @@ def test_planner_with_server_tokenizer_gives_exact_prompt_sizes(vllm_server) -> 
 
     tok = ServerTokenizer(vllm_server.base_url, vllm_server.model)
     system_n, user_n = 300, 50
-    profile = load_profile("chat", [
-        f"classes.chat.system_prompt.tokens={system_n}",
-        f"classes.chat.user_turn={{dist: constant, value: {user_n}}}",
-        "classes.chat.steps={dist: constant, value: 1}",
-        "classes.chat.output.tokens={dist: constant, value: 4}",
-    ])
+    profile = load_profile(
+        "chat",
+        [
+            f"classes.chat.system_prompt.tokens={system_n}",
+            f"classes.chat.user_turn={{dist: constant, value: {user_n}}}",
+            "classes.chat.steps={dist: constant, value: 1}",
+            "classes.chat.output.tokens={dist: constant, value: 4}",
+        ],
+    )
     planner = SessionPlanner(profile, tok, model=vllm_server.model, max_model_len=8192, seed=7)
     # The chat template's own tokens for a system + user pair with empty contents.
-    overhead = tok.count_messages([{"role": "system", "content": ""}, {"role": "user", "content": ""}])
+    overhead = tok.count_messages(
+        [{"role": "system", "content": ""}, {"role": "user", "content": ""}]
+    )
     client = Client(vllm_server.base_url)
     try:
         for i in range(3):
@@ -102,7 +115,9 @@ def test_real_metrics_fixture_parses_like_live(vllm_server) -> None:
     """The stored sample (tests/fixtures/vllm_real/metrics.txt) has the live series names."""
     from pathlib import Path
 
-    stored = parse_metrics((Path(__file__).parents[1] / "fixtures/vllm_real/metrics.txt").read_text())
+    stored = parse_metrics(
+        (Path(__file__).parents[1] / "fixtures/vllm_real/metrics.txt").read_text()
+    )
     live = parse_metrics(vllm_server.metrics_text())
     for group in ("counters", "gauges", "labelled", "histograms"):
         assert set(stored[group]) == set(live[group]), group
@@ -112,9 +127,15 @@ def test_prepared_request_id_is_echoed(vllm_server) -> None:
     client = Client(vllm_server.base_url)
     try:
         body = {"model": vllm_server.model, "prompt": "hi", "max_tokens": 2, "stream": False}
-        rec = client.exchange(PreparedRequest(path="/v1/completions", body=json.dumps(body).encode(),
-                                              stream=False, endpoint="completions",
-                                              request_id="abc123"))
+        rec = client.exchange(
+            PreparedRequest(
+                path="/v1/completions",
+                body=json.dumps(body).encode(),
+                stream=False,
+                endpoint="completions",
+                request_id="abc123",
+            )
+        )
     finally:
         client.close()
     assert rec.ok and rec.response_id == "cmpl-abc123"

@@ -23,7 +23,9 @@ SMALL = [  # quickstart, shrunk: short outputs, few steps, every non-final step 
 ]
 
 
-def drive(planner: SessionPlanner, client: Client, cls: str, n: int) -> list[tuple[object, list[RequestRecord]]]:
+def drive(
+    planner: SessionPlanner, client: Client, cls: str, n: int
+) -> list[tuple[object, list[RequestRecord]]]:
     """Run n sessions of class cls to their end; returns (session, records) pairs."""
     out = []
     for i in range(n):
@@ -47,21 +49,30 @@ def tools_client(vllm_server):
     c.close()
 
 
-@pytest.mark.parametrize(("stream", "reason"), [
-    # Streamed: the hermes parser emits tool_calls deltas; a random model's
-    # arguments are never valid JSON.
-    (True, "malformed tool call"),
-    # Not streamed, cut by max_tokens: the parser fails on the unfinished JSON and
-    # vLLM returns the raw <tool_call> text as content, so no call at all.
-    (False, "missing tool call"),
-])
+@pytest.mark.parametrize(
+    ("stream", "reason"),
+    [
+        # Streamed: the hermes parser emits tool_calls deltas; a random model's
+        # arguments are never valid JSON.
+        (True, "malformed tool call"),
+        # Not streamed, cut by max_tokens: the parser fails on the unfinished JSON and
+        # vLLM returns the raw <tool_call> text as content, so no call at all.
+        (False, "missing tool call"),
+    ],
+)
 def test_actual_history_random_model_tool_calls_are_tool_loop_failures(
     vllm_server, tools_client, stream: bool, reason: str
 ) -> None:
     tok, client = tools_client
-    profile = load_profile("quickstart", [*SMALL, "history=actual",
-                                          "classes.agent.tool_choice=named",
-                                          f"classes.agent.request.stream={str(stream).lower()}"])
+    profile = load_profile(
+        "quickstart",
+        [
+            *SMALL,
+            "history=actual",
+            "classes.agent.tool_choice=named",
+            f"classes.agent.request.stream={str(stream).lower()}",
+        ],
+    )
     planner = SessionPlanner(profile, tok, model=vllm_server.model, max_model_len=8192, seed=11)
     for s, recs in drive(planner, client, "agent", 3):
         assert all(r.ok for r in recs), [(r.error_kind, r.error_detail) for r in recs]

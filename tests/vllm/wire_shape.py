@@ -71,7 +71,11 @@ def event_role(obj: dict[str, Any]) -> str:
         return "role"
     tcs = delta.get("tool_calls")
     if tcs:
-        return "tool_call_start" if tcs[0].get("id") or (tcs[0].get("function") or {}).get("name") else "tool_call_args"
+        return (
+            "tool_call_start"
+            if tcs[0].get("id") or (tcs[0].get("function") or {}).get("name")
+            else "tool_call_args"
+        )
     return "content"
 
 
@@ -99,7 +103,9 @@ def diff(real: Shape, sim: Shape, ignore: tuple[str, ...] = ()) -> list[str]:
         elif r is None:
             lines.append(f"only in sim:    {p} ({'|'.join(sorted(s))})")
         elif r != s and not (r | s) <= {"int", "float"}:
-            lines.append(f"kind differs:   {p} vLLM {'|'.join(sorted(r))} / sim {'|'.join(sorted(s))}")
+            lines.append(
+                f"kind differs:   {p} vLLM {'|'.join(sorted(r))} / sim {'|'.join(sorted(s))}"
+            )
     return lines
 
 
