@@ -81,11 +81,17 @@ def finalize_run(rt: Any) -> int:
     if mpath.exists():
         samples = list(artifacts.iter_jsonl(mpath))
     scrape = server.scrape_summary(samples) if samples else {"absent": ["/metrics (not scraped)"]}
-    spec_check = server.spec_decode_crosscheck(summary, scrape) if samples else None
+    spec_check = (
+        server.spec_decode_crosscheck(summary["overall"]["spec_decode"], scrape)
+        if samples
+        else None
+    )
 
     _fill_system_fingerprint(rt.fingerprint, out)
     artifacts.write_json(out / "stats.json", agg.to_dict())
-    (out / "junit.xml").write_text(slo.junit_xml(slo_results, suite_name=f"agentload.{rt.profile.name}"))
+    (out / "junit.xml").write_text(
+        slo.junit_xml(slo_results, suite_name=f"agentload.{rt.profile.name}")
+    )
     run = {
         "schema_version": artifacts.SCHEMA_VERSION,
         "run_id": rt.run_id,
@@ -118,6 +124,8 @@ def finalize_run(rt: Any) -> int:
     except Exception as e:  # noqa: BLE001 - the report must never lose the measurements
         log.warning("agentload: report.html not written: %s", e)
     print(stats.console_table(summary), flush=True)
+    if spec_check and spec_check["draft_tokens"]["server"]:
+        print(_spec_line(spec_check), flush=True)
     for r in slo_results:
         print(("  PASS " if r.passed else "  FAIL ") + r.message, flush=True)
     print(f"agentload: artifacts in {out}  (exit {code})", flush=True)
@@ -137,3 +145,17 @@ def _fill_system_fingerprint(fingerprint: dict[str, Any], out: Path) -> None:
                     "source": "response system_fingerprint",
                 }
                 return
+
+
+def _spec_line(check: dict[str, Any]) -> str:
+    """One console line: per-request spec-decode sums next to the server's counter deltas."""
+    acc, dr = check["accepted_tokens"], check["draft_tokens"]
+
+    def n(x: Any) -> str:
+        return "-" if x is None else f"{x:.0f}"
+
+    return (
+        f"spec decode: requests report {n(acc['client'])} accepted / {n(dr['client'])} drafted; "
+        f"server /metrics delta {n(acc['server'])} / {n(dr['server'])} "
+        f"(difference {n(acc['difference'])} / {n(dr['difference'])})"
+    )

@@ -526,6 +526,25 @@ def _run_header(data: RunData) -> list[tuple[str, str]]:
     return items
 
 
+def _spec_check_rows(run: dict) -> list[tuple[str, dict[str, str]]]:
+    """run.json's spec_decode_crosscheck as table rows (none when nothing was scraped)."""
+    check = run.get("spec_decode_crosscheck") or {}
+    rows = []
+    for name in (
+        "accepted_tokens",
+        "draft_tokens",
+        "spec_steps",
+        "draft_acceptance_rate",
+        "acceptance_length",
+    ):
+        row = check.get(name)
+        if isinstance(row, dict) and row.get("server") is not None:
+            rows.append(
+                (name, {k: _num(row.get(k), "{:.4g}") for k in ("client", "server", "difference")})
+            )
+    return rows
+
+
 def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
     """Write report.html for a run directory (default: RUN_DIR/report.html); return its path."""
     data = load_run(run_dir)
@@ -545,6 +564,7 @@ def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
             columns=SUMMARY_COLUMNS,
             summary=summary_rows(summary),
             slo=slo,
+            spec_check=_spec_check_rows(data.run),
             fingerprint=_fingerprint_rows(data.run),
             charts=_charts([("A", data, summary)], classes),
             comparison=None,
