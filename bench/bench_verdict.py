@@ -60,12 +60,13 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
     if args.duration:
         run_args += ["--duration", args.duration]
     plan = traffic_plan(run_args)
+    # --independent-seeds: every simulator samples its own responses (like a server at
+    # temperature > 0), so the sides' sessions diverge after the first reply.
+    sd = (1000 + i, 2000 + i, 3000 + i) if args.independent_seeds else (1000 + i,) * 3
     sims = {
-        "baseline": SimProcess(preset=args.preset, seed=1000 + i),
-        "twin": SimProcess(preset=args.preset, seed=1000 + i),
-        "candidate": SimProcess(
-            preset=args.preset, seed=1000 + i, sets=[f"ttft_scale={args.scale}"]
-        ),
+        "baseline": SimProcess(preset=args.preset, seed=sd[0]),
+        "twin": SimProcess(preset=args.preset, seed=sd[1]),
+        "candidate": SimProcess(preset=args.preset, seed=sd[2], sets=[f"ttft_scale={args.scale}"]),
     }
     t0 = time.time()
     try:
@@ -208,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=("triple", "pairs"),
         help="triple: baseline, twin and candidate at once (one A/A and one regression "
         "comparison per trial); pairs: a separate canary per trial kind",
+    )
+    p.add_argument(
+        "--independent-seeds",
+        action="store_true",
+        help="triple: a different simulator seed per side (responses differ between sides)",
     )
     p.add_argument(
         "--run-arg",

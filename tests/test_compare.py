@@ -228,3 +228,26 @@ def test_two_classes_keep_their_own_gates(tmp_path, base):
     cmp = compare_runs(base, b)
     assert _row(cmp, "class:interactive", "ttft_p95").gated
     assert _row(cmp, "class:background", "ttft_p95").gated
+
+
+def test_latency_quantiles_compare_the_requests_both_sides_completed(tmp_path, base):
+    # B is the same server (identical noise) but its run ended before the last step of
+    # every other session: the quantiles must compare the same requests, not the mix.
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=1)
+    path = b / "requests.jsonl"
+    rows = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    kept = [r for r in rows if not (r["step"] == 4 and int(r["session_id"].split("-")[-1]) % 2)]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in kept))
+    cmp = compare_runs(base, b)
+    for metric in ("ttft_p95", "itl_p95", "e2e_p95"):
+        row = _row(cmp, "overall", metric)
+        assert row.change == 0.0 and row.n_a == row.n_b < len(rows)
+    lat = [m for m in cmp.rows("overall") if m.metric.endswith(("_p50", "_p95", "_p99"))]
+    assert lat and all(m.verdict == VERDICT_SAME for m in lat)
+    # the missing work is a throughput change, not a latency one
+    assert _row(cmp, "overall", "output_throughput").change < 0
+    # unpaired (different traffic), every completed request counts
+    other = write_run(tmp_path / "c", classes=_classes(), noise_seed=1, seed=43)
+    assert _row(compare_runs(base, other), "overall", "ttft_p95").n_b == sum(
+        1 for r in rows if r.get("ttft_ms") is not None
+    )

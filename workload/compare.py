@@ -533,11 +533,12 @@ def _judge(m: MetricDiff, z: float) -> None:
     if m.change is None or m.se is None or not math.isfinite(m.se):
         m.verdict = VERDICT_NODATA
         return
+    half = z * m.se
     if m.change_kind == "relative":
         lc = math.log1p(m.change)
-        lo, hi = math.expm1(lc - z * m.se), math.expm1(lc + z * m.se)
+        lo, hi = math.expm1(lc - half), math.expm1(lc + half)
     else:
-        lo, hi = m.change - z * m.se, m.change + z * m.se
+        lo, hi = m.change - half, m.change + half
     m.ci = (lo, hi)
     if m.threshold is None:
         m.verdict = (
@@ -559,6 +560,25 @@ def _judge(m: MetricDiff, z: float) -> None:
 
 
 MIN_SAMPLES = 20  # per side, below which a metric is "insufficient data"
+
+
+def _req_key(r: dict) -> tuple[str, int]:
+    return str(r.get("session_id", "")), int(r.get("step") or 0)
+
+
+def _paired_requests(sc: _Scope, lat: str) -> set[tuple[str, int]] | None:
+    """The (session, step) requests with a `lat` value in both runs, or None if unpaired.
+
+    Seeded traffic sends the same requests to both sides, but a slower side gets
+    fewer of them done before the run ends, and the later steps it misses carry
+    longer contexts: a quantile over all requests would compare different work.
+    Latency quantiles are therefore taken over the requests both sides completed
+    (the work done shows in throughput and completed counts).
+    """
+    if not sc.n_common:
+        return None
+    keys = [{_req_key(r) for r in sc.reqs[side] if _latency(r, lat) is not None} for side in (0, 1)]
+    return keys[0] & keys[1]
 
 
 def _min_n(q: float) -> int:
@@ -588,12 +608,13 @@ def _scope_metrics(
         pts: list[list[float | None]] = []
         boots: list[np.ndarray | None] = []
         ns: list[int] = []
+        both = _paired_requests(sc, lat)
         for side in (0, 1):
             vals: list[float] = []
             cl: list[int] = []
             for r in sc.reqs[side]:
                 v = _latency(r, lat)
-                if v is not None:
+                if v is not None and (both is None or _req_key(r) in both):
                     vals.append(v)
                     cl.append(idx[side][r.get("session_id", "")])
             va = np.asarray(vals, dtype=float)
