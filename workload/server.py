@@ -222,7 +222,6 @@ class MetricsScraper:
                 log.exception("metrics sink failed; sample kept in memory")
 
     def _run(self) -> None:
-        self._emit(self.scrape_once())
         while not self._stop.wait(self.interval_s):
             self._emit(self.scrape_once())
 
@@ -230,6 +229,9 @@ class MetricsScraper:
         if self._thread is not None:
             return
         self._stop.clear()
+        # The baseline sample is taken before start() returns, i.e. before any load is
+        # sent: run deltas then cover every request of the run.
+        self._emit(self.scrape_once())
         self._thread = threading.Thread(target=self._run, name="agentload-metrics", daemon=True)
         self._thread.start()
 
