@@ -81,6 +81,10 @@ class RequestRecord:
     spec_decode: dict[str, Any] | None = None  # metrics.speculative_decoding, raw
     # blake2b-64 of the exact request body: proves two runs (or two deployments) got the same traffic
     body_hash: str | None = None
+    # Why this step failed the agent's tool loop (missing / malformed / unknown tool call, or an
+    # error on a step that makes or carries a tool call); None when it did not. A request can be
+    # ok at the HTTP level and still fail the tool loop.
+    tool_loop_failure: str | None = None
     # Not written to requests.jsonl: in-memory only, for stats and actual history.
     itl_gaps_ms: list[float] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)

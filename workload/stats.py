@@ -13,8 +13,8 @@ Definitions (also in README):
   A percentile is HDR's highest-equivalent value of the bucket (<= 0.1 % above the true
   order statistic), capped at the exact maximum; means, min and max are exact.
 - ``error_ratio`` = errors / (requests - cancelled). Cancelled requests (user stopped)
-  are neither ok nor errors. ``tool_loop_failures`` counts requests with
-  ``error_kind == "tool_loop"``; ``sessions.tool_loop_failure`` counts session outcomes.
+  are neither ok nor errors. ``tool_loop_failures`` counts requests whose
+  ``tool_loop_failure`` is set (ok at the HTTP level or not); ``sessions.tool_loop_failure`` counts session outcomes.
 - ``cached_ratio`` = Σcached / Σprompt over requests that reported cached tokens.
 - Sessions: ``finished`` = all outcomes but cancelled; ``success_ratio`` =
   completed / finished. A session is *good* when it completed and every one of its
@@ -403,8 +403,6 @@ class View:
             c["errors"] += 1
             kind = rec.error_kind or "unknown"
             self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
-            if kind == "tool_loop":
-                c["tool_loop_failures"] += 1
         c["prompt_tokens"] += rec.prompt_tokens or 0
         c["completion_tokens"] += rec.completion_tokens or 0
         if rec.cached_tokens is not None:
@@ -412,6 +410,8 @@ class View:
             c["cached_prompt_tokens"] += rec.prompt_tokens or 0
             c["cached_reported"] += 1
         c["tool_calls"] += len(rec.tool_calls)
+        if rec.tool_loop_failure or rec.error_kind == "tool_loop":
+            c["tool_loop_failures"] += 1
 
     def add_session(self, rec: SessionRecord, good: bool) -> None:
         self.sessions[rec.outcome] = self.sessions.get(rec.outcome, 0) + 1

@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.cli import CHAT_PROFILE, agentload
 from tests.e2e.known_server import SPEC, KnownServer
+from workload.artifacts import read_records
 
 pytestmark = pytest.mark.slow
-FIXTURES = Path(__file__).parent.parent / "fixtures"
-
-
-def agentload(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "workload.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def test_run_records_every_request_with_content_ttft(tmp_path: Path) -> None:
@@ -36,7 +24,7 @@ def test_run_records_every_request_with_content_ttft(tmp_path: Path) -> None:
             "--host",
             srv.url,
             "--profile",
-            str(FIXTURES / "e2e_chat.yaml"),
+            CHAT_PROFILE,
             "--users",
             "3",
             "--duration",
@@ -48,7 +36,7 @@ def test_run_records_every_request_with_content_ttft(tmp_path: Path) -> None:
         )
         seen = list(srv.seen)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = read_jsonl(out / "requests.jsonl")
+    rows = read_records(out, "requests")
     assert rows, "no requests recorded"
     ids = {r["request_id"] for r in rows}
     assert set(seen) <= ids, "a request the server served is missing from requests.jsonl"
@@ -89,9 +77,6 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_not_openai_compatible_server(tmp_path: Path) -> None:
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     class Html(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
             body = b"<html>hello</html>"

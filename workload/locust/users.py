@@ -102,9 +102,11 @@ def play(rt: Any, session: Any) -> SessionRecord:
             req.request_id = request_id_for(rt.seed, session.session_id, step.step, req.attempt)
             rec: RequestRecord = rt.client.exchange(req)
             rec.body_hash = hashlib.blake2b(req.body, digest_size=8).hexdigest()
+            session.observe(rec)
+            if session.outcome == "tool_loop_failure":
+                rec.tool_loop_failure = session.reason or "tool loop failed"
             rt.record_request(rec)
             _account(srec, rec)
-            session.observe(rec)
             if rec.status == STATUS_CANCELLED:
                 raise GreenletExit()
         srec.outcome = session.outcome or "completed"
