@@ -220,19 +220,34 @@ def cmd_run(argv: list[str]) -> int:
             host = sim.url
             print(f"agentload: no --host given; started the embedded simulator at {host} "
                   f"(preset {args.sim_preset})", flush=True)
-        else:
-            # Fail fast with one line before Locust starts.
-            from workload.target import SetupError, probe_target
-
-            try:
-                probe_target(host, os.environ.get(args.api_key_env) or None, args.model or None)
-            except SetupError as e:
-                raise UsageError(str(e)) from None
+        preflight(args, r, host)
         cmd = locust_command(args, r, host, out, run_id, ["run", *argv])
         return _run_child(cmd)
     finally:
         if sim is not None:
             sim.stop()
+
+
+def preflight(args: argparse.Namespace, r: dict, host: str) -> None:
+    """Fail fast, with one line, before Locust starts: the target and the profile's fit."""
+    from workload.profile import ProfileError
+    from workload.sessions import SessionPlanner
+    from workload.target import SetupError, probe_target
+    from workload.tokens import TokenizerUnavailable, get_tokenizer
+
+    try:
+        facts = probe_target(host, os.environ.get(args.api_key_env) or None, args.model or None)
+    except SetupError as e:
+        raise UsageError(str(e)) from None
+    if args.tokenizer != "tiktoken":
+        return  # the server tokenizer is checked where it is built (inside the run)
+    try:
+        SessionPlanner(r["profile"], get_tokenizer("tiktoken:cl100k_base"), model=facts["model"],
+                       max_model_len=facts.get("max_model_len"))
+    except ProfileError as e:
+        raise UsageError("; ".join(e.problems)) from None
+    except TokenizerUnavailable as e:
+        raise UsageError(str(e)) from None
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -1,0 +1,96 @@
+"""`agentload profiles`, a profile that cannot fit the server, and plain `locust -f`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cli import CHAT_PROFILE, agentload
+from workload.artifacts import read_records
+from workload.sim.launcher import SimProcess
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_profiles_commands(tmp_path: Path) -> None:
+    listed = agentload("profiles", "list")
+    assert listed.returncode == 0
+    names = [line.split()[0] for line in listed.stdout.splitlines()]
+    assert {"quickstart", "chat", "coding-agent", "research-agent", "mixed"} <= set(names)
+    schema = json.loads(agentload("profiles", "schema").stdout)
+    assert "classes" in schema["properties"]
+    shown = agentload("profiles", "show", "chat")
+    assert shown.returncode == 0 and "classes:" in shown.stdout
+    assert agentload("profiles", "validate", CHAT_PROFILE).returncode == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "classes:\n  a:\n    weight: 1\n    bogus: 3\n    user_turn: {dist: lognormal, mean: 5}\n"
+    )
+    p = agentload("profiles", "validate", str(bad))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 2  # one line per problem
+    assert any("bogus" in x for x in lines) and any("sigma" in x for x in lines)
+    assert all(str(bad) in x for x in lines)
+
+
+def test_profile_that_cannot_fit_is_rejected_before_load(tmp_path: Path) -> None:
+    p = agentload(
+        "run",
+        "--profile",
+        CHAT_PROFILE,
+        "--sim-preset",
+        "fast",
+        "--out",
+        str(tmp_path / "x"),
+        "--set",
+        "classes.chat.system_prompt.tokens=40000",
+    )
+    assert p.returncode == 2
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and "cannot fit max_model_len" in err[0]
+
+
+def test_plain_locust_headless(tmp_path: Path) -> None:
+    out = tmp_path / "plain"
+    with SimProcess("fast") as sim:
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "locust",
+                "-f",
+                str(REPO / "locustfiles" / "agents.py"),
+                "--headless",
+                "--host",
+                sim.url,
+                "-u",
+                "2",
+                "-r",
+                "2",
+                "-t",
+                "20s",
+                "--agent-profile",
+                CHAT_PROFILE,
+                "--seed",
+                "4",
+                "--sessions-per-user",
+                "1",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["seed"] == 4 and run["profile_name"] == "e2e_chat"
+    assert len(read_records(out, "requests")) == 2 * 3
+    assert (out / "report.html").exists()
