@@ -195,9 +195,9 @@ def test_validate_profile_dict():
 def test_docs_reference_is_generated_from_the_models():
     from workload.profile import REF_BEGIN, REF_END, reference_markdown
 
-    text = (ROOT / "docs/profiles.md").read_text()
+    text = (ROOT / "README.md").read_text()
     got = text[text.index(REF_BEGIN) + len(REF_BEGIN) : text.index(REF_END)].strip()
     assert got == reference_markdown().strip(), (
-        'docs/profiles.md is stale: python -c "from workload.profile import write_reference; '
-        "write_reference('docs/profiles.md')\""
+        "README.md's profile reference is stale: python -c \"from workload.profile import write_reference; "
+        "write_reference('README.md')\""
     )

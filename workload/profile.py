@@ -496,7 +496,7 @@ def _migrate(raw: dict[str, Any], label: str) -> dict[str, Any]:
             raise ProfileError(
                 [
                     f"{label}: schema_version: {v} is no longer supported; migrate it to "
-                    f"{SCHEMA_VERSION} (see docs/profiles.md, 'Schema versions') and set "
+                    f"{SCHEMA_VERSION} (see README.md, 'Schema versions') and set "
                     f"schema_version: {SCHEMA_VERSION}"
                 ]
             )
