@@ -735,14 +735,14 @@ def reference_markdown() -> str:
     ]
     out: list[str] = []
     for title, model in sections:
-        out += [f"### `{title}`", "", "| field | type | default | meaning |", "|---|---|---|---|"]
+        out += [f"#### `{title}`", "", "| field | type | default | meaning |", "|---|---|---|---|"]
         for name, f in model.model_fields.items():
             out.append(
                 f"| `{name}` | {_type_name(f.annotation)} | {_default(f)} | {f.description or ''} |"
             )
         out.append("")
     out += [
-        "### Distributions (`dist:`)",
+        "#### Distributions (`dist:`)",
         "",
         "Every kind also takes `min` and `max` clamps. A bare number is `constant`.",
         "",
