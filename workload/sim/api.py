@@ -5,6 +5,7 @@ request to the engine, and stream or collect what the engine emits.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import time
@@ -24,10 +25,13 @@ if TYPE_CHECKING:
 class BadRequest(Exception):
     """A 4xx answer with vLLM's error JSON."""
 
-    def __init__(self, status: int, message: str, param: str | None = None):
+    def __init__(
+        self, status: int, message: str, param: str | None = None, err_type: str | None = None
+    ):
         super().__init__(message)
         self.status = status
         self.param = param
+        self.err_type = err_type
 
 
 @dataclass(slots=True)
@@ -38,6 +42,8 @@ class Plan:
     finish: str  # stop | length (engine reason)
     tool_name: str | None = None
     tool_id: str = ""
+    forced: bool = False  # tool_choice named or "required"
+    named: bool = False  # tool_choice names the function
 
 
 def _int(body: dict, name: str, default: int | None, lo: int | None = None) -> int | None:
@@ -59,6 +65,25 @@ def _num(body: dict, name: str, lo: float, hi: float) -> None:
         raise BadRequest(400, f"{name} must be a number in [{lo}, {hi}], got {value!r}.", name)
 
 
+def _json_invalid(raw: bytes, err: orjson.JSONDecodeError) -> BadRequest:
+    """vLLM's (pydantic's) answer to an unparseable body: type "Bad Request", `param` the
+    location `body.<char offset>`, the stdlib decoder's reason in the message."""
+    pos, reason = err.pos, err.msg
+    try:
+        json.loads(raw)
+    except json.JSONDecodeError as e:  # same offsets as vLLM reports; nicer reasons
+        pos, reason = e.pos, e.msg
+    except (UnicodeDecodeError, ValueError):
+        pass
+    loc = f"body.{pos}"
+    detail = f"'loc': '{loc}', 'msg': 'JSON decode error', 'input': '<dict of 0 items>'"
+    message = (
+        f"1 validation error:\n  {{'type': 'json_invalid', {detail}, "
+        f"'ctx': {{'error': '{reason}'}}}}"
+    )
+    return BadRequest(400, message, loc, "Bad Request")
+
+
 class SimApp:
     """Routes requests; owns nothing but counters and RNGs (the server owns the engine)."""
 
@@ -70,6 +95,7 @@ class SimApp:
         self._count = 0
         self._fault_rng = random.Random(seed * 7919 + 17)
         self._faults = sorted(self.cfg.faults.items())
+        self.fingerprint = self.cfg.fingerprint()
         self.routes = {
             ("GET", "/health"): self.health,
             ("GET", "/ping"): self.health,
@@ -98,13 +124,13 @@ class SimApp:
         try:
             route(ex)
         except BadRequest as e:
-            ex.respond(e.status, error_body(e.status, str(e), e.param))
+            ex.respond(e.status, error_body(e.status, str(e), e.param, e.err_type))
 
     def _json(self, ex: Exchange) -> dict:
         try:
             body = orjson.loads(ex.request.body)
         except orjson.JSONDecodeError as e:
-            raise BadRequest(400, f"Invalid JSON body: {e}") from None
+            raise _json_invalid(ex.request.body, e) from None
         if not isinstance(body, dict):
             raise BadRequest(400, "Request body must be a JSON object.")
         return body
@@ -152,7 +178,7 @@ class SimApp:
 
     def metrics(self, ex: Exchange) -> None:
         ex.respond(
-            200, self.server.render_metrics().encode(), "text/plain; version=0.0.4; charset=utf-8"
+            200, self.server.render_metrics().encode(), "text/plain; version=1.0.0; charset=utf-8"
         )
 
     def server_info(self, ex: Exchange) -> None:
@@ -277,9 +303,18 @@ class SimApp:
         if plen >= limit:
             raise BadRequest(
                 400,
-                f"This model's maximum context length is {limit} tokens. However, your request "
-                f"has {plen} input tokens. Please reduce the length of the input messages.",
-                "messages" if chat else "prompt",
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"contains {plen} input tokens, which exceeds this limit even without any "
+                f"output tokens. Please reduce the length of the input prompt. "
+                f"(parameter=input_tokens, value={plen})",
+                "input_tokens",
+            )
+        if max_tokens is not None and max_tokens > limit:
+            raise BadRequest(
+                400,
+                f"max_tokens={max_tokens} cannot be greater than max_model_len={limit}. Please "
+                f"request fewer output tokens. (parameter=max_tokens, value={max_tokens})",
+                "max_tokens",
             )
         if max_tokens is None:
             max_tokens = limit - plen
@@ -372,7 +407,9 @@ class SimApp:
             name, frags = self.content.tool_call(rng, call, malformed)
             pieces = [""] + frags  # the first token carries the call header (name)
             finish = "length" if len(pieces) > max_tokens else "stop"
-            return Plan(pieces, finish, name, f"chatcmpl-tool-{rng.getrandbits(128):032x}")
+            tool_id = f"chatcmpl-tool-{rng.getrandbits(128):032x}"
+            forced = named is not None or tool_choice == "required"
+            return Plan(pieces, finish, name, tool_id, forced, named is not None)
         if ignore_eos:
             n = max_tokens
         else:
@@ -411,7 +448,7 @@ class Response:
         self.rid_core = rid_core
         cfg = app.cfg
         self.fmt = ChunkFormatter(
-            chat, req.request_id, int(time.time()), cfg.model, cfg.system_fingerprint
+            chat, req.request_id, int(time.time()), cfg.model, app.fingerprint, include_usage
         )
         # the event index where a stream fault strikes
         expected = max(1, req.output_len // (1 + cfg.spec_k))
@@ -463,21 +500,23 @@ class Response:
             self._emit(None)
 
     def _finish_reason(self) -> str:
-        if self.plan.tool_name is not None and self.req.finish_reason == "stop":
+        # vLLM: "tool_calls" for auto/required calls, "stop" for a named tool_choice
+        plan = self.plan
+        if plan.tool_name is not None and not plan.named and self.req.finish_reason == "stop":
             return "tool_calls"
         return self.req.finish_reason
 
     def _emit_tool(self, start: int, n: int, finish: str | None) -> None:
         plan = self.plan
         if start == 0:
-            head = {"tool_calls": [{"id": plan.tool_id, "type": "function", "index": 0, "function": {"name": plan.tool_name}}]}  # fmt: skip
+            head = {"content": None, "tool_calls": [{"id": plan.tool_id, "type": "function", "index": 0, "function": {"name": plan.tool_name}}]}  # fmt: skip
             if n == 1:
                 self._emit(self.fmt.delta(head, finish))
                 return
             self._emit(self.fmt.delta(head, None))
             start, n = 1, n - 1
         args = "".join(plan.pieces[start : start + n])
-        delta = {"tool_calls": [{"index": 0, "function": {"arguments": args}}]}
+        delta = {"content": None, "tool_calls": [{"index": 0, "function": {"arguments": args}}]}
         self._emit(self.fmt.delta(delta, finish))
 
     def _emit(self, data: bytes | None) -> None:
@@ -528,14 +567,34 @@ class Response:
 
     # -- bodies ----------------------------------------------------------------------------------
     def _usage(self) -> dict:
-        req = self.req
+        """vLLM 0.32's usage object. Streams leave out unset fields; whole bodies carry them
+        as null. Chat fills `created_cache_tokens` (prompt tokens this request wrote to the
+        prefix cache: its full prompt blocks not already cached); completions leave it unset."""
+        req, cfg = self.req, self.app.cfg
+        whole = not self.stream
         usage: dict = {
             "prompt_tokens": req.prompt_len,
             "total_tokens": req.prompt_len + req.num_output,
             "completion_tokens": req.num_output,
         }
-        if self.app.cfg.enable_prompt_tokens_details:
-            usage["prompt_tokens_details"] = {"cached_tokens": max(0, req.cached_tokens)}
+        cached = max(0, req.cached_tokens)
+        if cfg.enable_prompt_tokens_details:
+            details: dict = {"cached_tokens": cached}
+            if self.chat:
+                created = 0
+                if cfg.enable_prefix_caching:
+                    bs = cfg.block_size
+                    created = max(0, (req.prompt_len // bs) * bs - cached)
+                details["created_cache_tokens"] = created
+            elif whole:
+                details["created_cache_tokens"] = None
+            if whole:
+                details["multimodal_tokens"] = None
+            usage["prompt_tokens_details"] = details
+        elif whole:
+            usage["prompt_tokens_details"] = None
+        if whole:
+            usage["completion_tokens_details"] = None
         return usage
 
     def _metrics(self) -> dict | None:
@@ -545,7 +604,10 @@ class Response:
             out = timing_metrics(self.req)
         if cfg.spec_k and cfg.spec_metrics != "none":
             out = out if out is not None else {}
-            out["speculative_decoding"] = self.req.spec_summary(cfg.spec_k)
+            spec = self.req.spec_summary(cfg.spec_k)
+            if not self.stream and "per_step_accepted" not in spec:
+                spec["per_step_accepted"] = spec["per_step_drafted"] = None  # summary mode
+            out["speculative_decoding"] = spec
         return out
 
     def _respond_whole(self) -> None:
@@ -553,39 +615,58 @@ class Response:
         req, plan = self.req, self.plan
         text = "".join(plan.pieces[: req.num_output])
         finish = self._finish_reason()
+        body: dict
         if self.chat:
-            tool_calls = []
-            content: str | None = text
-            if plan.tool_name is not None:
-                args = "".join(plan.pieces[1 : req.num_output])
-                tool_calls = [{"id": plan.tool_id, "type": "function", "function": {"name": plan.tool_name, "arguments": args}}]  # fmt: skip
-                content = None
-            message = {
+            message: dict = {
                 "role": "assistant",
-                "content": content,
+                "content": text,
                 "refusal": None,
                 "annotations": None,
                 "audio": None,
                 "function_call": None,
-                "tool_calls": tool_calls,
-                "reasoning_content": None,
             }
-            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None}  # fmt: skip
-            obj = "chat.completion"
+            if plan.tool_name is not None:
+                args = "".join(plan.pieces[1 : req.num_output])
+                if req.finish_reason == "length":
+                    # cut off: vLLM's parser finds no complete call, the raw text comes back
+                    message["content"] = (
+                        '<tool_call>\n{"name": ' + json.dumps(plan.tool_name) + ', "arguments": '
+                    ) + args
+                else:
+                    # named/required: content "" beside the call; auto: null
+                    message["content"] = "" if plan.forced else None
+                    message["tool_calls"] = [{"id": plan.tool_id, "type": "function", "function": {"name": plan.tool_name, "arguments": args}}]  # fmt: skip
+            message["reasoning"] = None
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None, "token_ids": None, "routed_experts": None}  # fmt: skip
+            body = {
+                "id": req.request_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": cfg.model,
+                "choices": [choice],
+                "service_tier": None,
+                "system_fingerprint": self.app.fingerprint,
+                "usage": self._usage(),
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "prompt_text": None,
+                "kv_transfer_params": None,
+                "ec_transfer_params": None,
+            }
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None, "prompt_logprobs": None}  # fmt: skip
-            obj = "text_completion"
-        body = {
-            "id": req.request_id,
-            "object": obj,
-            "created": int(time.time()),
-            "model": cfg.model,
-            "choices": [choice],
-            "usage": self._usage(),
-            "system_fingerprint": cfg.system_fingerprint,
-            "prompt_logprobs": None,
-            "kv_transfer_params": None,
-        }
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None, "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None, "routed_experts": None}  # fmt: skip
+            body = {
+                "id": req.request_id,
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": cfg.model,
+                "choices": [choice],
+                "service_tier": None,
+                "system_fingerprint": self.app.fingerprint,
+                "usage": self._usage(),
+                "kv_transfer_params": None,
+                "ec_transfer_params": None,
+            }
         metrics = self._metrics()
         if metrics is not None:
             body["metrics"] = metrics

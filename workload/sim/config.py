@@ -10,6 +10,7 @@ requests, i.e. `tool_choice` "required" or a named function).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 
 FAULT_KINDS = ("429", "500", "503", "reset", "malformed", "stall", "slow")
@@ -30,7 +31,8 @@ class SimConfig:
     model: str = "agentload/sim-8b"
     model_root: str = "agentload/sim-8b"
     version: str = "0.33.0"
-    system_fingerprint: str = "fp_agentload_sim_0.33.0"
+    # "" = vLLM's format, `vllm-<version>-<8 hex of a hash of this config>`
+    system_fingerprint: str = ""
     max_model_len: int = 32768
     # scheduler
     max_num_seqs: int = 256
@@ -40,6 +42,7 @@ class SimConfig:
     # KV cache
     block_size: int = 16
     num_gpu_blocks: int = 16384
+    kv_bytes_per_token: int = 131072  # cache_config_info kv_cache_memory_bytes (8B, bf16, GQA)
     gpu_memory_utilization: float = 0.9
     cache_dtype: str = "auto"
     enable_prefix_caching: bool = True
@@ -72,6 +75,19 @@ class SimConfig:
     faults: dict[str, float] = field(default_factory=dict)
     fault_stall_s: float = 30.0
     fault_drip_ms: float = 250.0
+
+    def fingerprint(self) -> str:
+        """The `system_fingerprint` replies carry: the configured one, else vLLM's format with
+        a hash of everything that shapes the server (not the injected faults)."""
+        if self.system_fingerprint:
+            return self.system_fingerprint
+        skip = {"system_fingerprint", "faults", "fault_stall_s", "fault_drip_ms"}
+        ident = sorted(
+            (f.name, repr(getattr(self, f.name)))
+            for f in dataclasses.fields(self)
+            if f.name not in skip
+        )
+        return f"vllm-{self.version}-{hashlib.sha256(repr(ident).encode()).hexdigest()[:8]}"
 
     def validate(self) -> None:
         """Raise ConfigError on values the engine cannot run with."""
@@ -115,7 +131,6 @@ PRESETS: dict[str, tuple[str, dict[str, object]]] = {
         "vLLM 0.28, V1 model runner: smaller KV pool, more step overhead, lower acceptance",
         {
             "version": "0.28.0",
-            "system_fingerprint": "fp_agentload_sim_0.28.0",
             "num_gpu_blocks": 11264,
             "gpu_memory_utilization": 0.9,
             "step_overhead_ms": 5.0,
@@ -130,7 +145,6 @@ PRESETS: dict[str, tuple[str, dict[str, object]]] = {
         "structured outputs fall back to no spec decoding",
         {
             "version": "0.29.0",
-            "system_fingerprint": "fp_agentload_sim_0.29.0",
             "num_gpu_blocks": 13824,
             "gpu_memory_utilization": 0.9,
             "step_overhead_ms": 3.5,

@@ -80,7 +80,7 @@ class EngineRequest:
         """vLLM's per-request `metrics.speculative_decoding` object."""
         steps = self.spec_steps
         out: dict = {
-            "mean_acceptance_length": (1.0 + self.spec_accepted / steps) if steps else 0.0,
+            "mean_acceptance_length": (1.0 + self.spec_accepted / steps) if steps else 1.0,
             "draft_acceptance_rate": (
                 self.spec_accepted / self.spec_draft_tokens if self.spec_draft_tokens else 0.0
             ),
@@ -370,14 +370,42 @@ class Engine:
     def cache_info(self) -> dict[str, str]:
         """Labels of vllm:cache_config_info."""
         cfg = self.cfg
-        return {
+        tokens = cfg.num_gpu_blocks * cfg.block_size
+        return {  # vLLM 0.32's label set; values it has no model for are vLLM's defaults
+            "_block_size_resolved": "True",
             "block_size": str(cfg.block_size),
             "cache_dtype": cfg.cache_dtype,
+            "cache_hit_alignment_tokens": "None",
+            "effective_attention_block_size": str(cfg.block_size),
+            "enable_mamba_shared_prefix_checkpoint": "False",
             "enable_prefix_caching": str(cfg.enable_prefix_caching),
             "gpu_memory_utilization": str(cfg.gpu_memory_utilization),
-            "num_cpu_blocks": "0",
+            "hash_block_size": "None",
+            "is_attention_free": "False",
+            "kv_cache_dtype_skip_layers": "[]",
+            "kv_cache_layout": "None",
+            "kv_cache_max_concurrency": str(tokens / cfg.max_model_len),
+            "kv_cache_memory_bytes": str(tokens * cfg.kv_bytes_per_token),
+            "kv_cache_size_tokens": str(tokens),
+            "kv_offloading_backend": "native",
+            "kv_offloading_size": "None",
+            "kv_sharing_fast_prefill": "False",
+            "mamba_block_size": "None",
+            "mamba_cache_dtype": "auto",
+            "mamba_cache_mode": "none",
+            "mamba_page_size_padded": "None",
+            "mamba_ssm_cache_dtype": "float32",
+            "num_cpu_blocks": "None",
             "num_gpu_blocks": str(cfg.num_gpu_blocks),
             "num_gpu_blocks_override": "None",
-            "prefix_caching_hash_algo": "builtin",
-            "swap_space": "4",
+            "prefix_cache_retention_interval": "0",
+            "prefix_caching_hash_algo": "sha256",
+            "prefix_match_unit": "None",
+            "replayssm_buffer_len": "16",
+            "skip_page_size_padded": "None",
+            "sliding_window": "None",
+            "swa_bounded_replay": "True",
+            "use_kda_recoverssm": "False",
+            "use_replayssm": "False",
+            "user_specified_block_size": "False",
         }

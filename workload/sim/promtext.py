@@ -53,7 +53,7 @@ class EngineStats:
     prefix_hits: int = 0
     preemptions: int = 0
     success: dict[str, int] = field(
-        default_factory=lambda: {"abort": 0, "error": 0, "length": 0, "stop": 0}
+        default_factory=lambda: {"abort": 0, "error": 0, "length": 0, "repetition": 0, "stop": 0}
     )
     spec_drafts: int = 0
     spec_draft_tokens: int = 0
