@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import subprocess
 import sys
 import time
 import urllib.parse
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -478,3 +480,101 @@ def test_module_entry_prints_ready_line():
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# -- fidelity with the captured vLLM 0.32 replies --------------------------------------------------
+VLLM_REAL = Path(__file__).parent / "fixtures" / "vllm_real"
+# exchange of tests/vllm/test_fidelity_real.py -> the captured reply of the same kind
+CAPTURED = {
+    "models": "models.json",
+    "version": "version.json",
+    "chat_stream": "chat_stream.sse",
+    "chat_stream_no_usage": "chat_stream_no_usage.sse",
+    "chat_nonstream": "chat_nonstream.json",
+    "chat_stream_tool_named": "chat_stream_tool_call.sse",
+    "completions_stream": "completions_stream.sse",
+    "completions_nonstream": "completions_nonstream.json",
+    "tokenize_prompt": "tokenize_prompt.json",
+    "tokenize_messages": "tokenize_messages.json",
+    "error_unknown_model": "error_unknown_model.json",
+    "error_invalid_json": "error_invalid_json.json",
+    "error_prompt_too_long": "error_prompt_too_long.json",
+    "error_max_tokens_too_large": "error_max_tokens_too_large.json",
+}
+
+
+def test_reply_shapes_match_captured_vllm():
+    """The real-server fidelity test, against the captures: no shape difference at all."""
+    from tests.vllm.test_fidelity_real import KNOWN_SIM_DIFFS, exchanges
+    from tests.vllm.wire_shape import diff, shape, stream_diff
+
+    sets = ["model=agentload-tiny", "max_model_len=8192", "block_size=128"]
+    seen = set()
+    with SimThread("default", seed=3, sets=sets) as s:
+        for name, (method, path, body) in exchanges("agentload-tiny", 8192).items():
+            raw_body = body if isinstance(body, bytes) else None
+            _, _, got = request(s.url, method, path, None if raw_body else body, raw=raw_body)
+            real = (VLLM_REAL / CAPTURED[name]).read_bytes()
+            if CAPTURED[name].endswith(".sse"):
+                lines = stream_diff(real, got)
+            else:
+                lines = diff(shape(json.loads(real)), shape(json.loads(got)))
+            seen |= {f"{name} {ln}" for ln in lines}
+    assert not seen - KNOWN_SIM_DIFFS, sorted(seen - KNOWN_SIM_DIFFS)
+
+
+def test_fingerprint_only_on_the_last_chunk_in_vllm_format(sim):
+    fp = re.compile(r"vllm-\d+\.\d+\.\d+-[0-9a-f]{8}")
+    for opts in ({"stream_options": {"include_usage": True}}, {}):
+        body = chat_body(stream=True, max_tokens=6, ignore_eos=True, **opts)
+        _, _, payload = request(sim.url, "POST", "/v1/chat/completions", body)
+        chunks = [json.loads(e) for e in sse_events(payload)[:-1]]
+        assert all("system_fingerprint" not in c for c in chunks[:-1])
+        last = chunks[-1]
+        assert fp.fullmatch(last["system_fingerprint"])
+        assert ("usage" in last) == bool(opts) and (last["choices"] == []) == bool(opts)
+    _, _, raw = request(sim.url, "POST", "/v1/chat/completions", chat_body(max_tokens=2))
+    body = json.loads(raw)
+    assert fp.fullmatch(body["system_fingerprint"])
+    msg = body["choices"][0]["message"]
+    assert "tool_calls" not in msg and msg["reasoning"] is None and "reasoning_content" not in msg
+
+
+def test_created_cache_tokens_are_the_new_full_prompt_blocks():
+    messages = [{"role": "user", "content": "the agent reads the file. " * 60}]
+    with SimThread("fast", seed=2) as s:
+        first, second = (
+            json.loads(
+                request(
+                    s.url, "POST", "/v1/chat/completions",
+                    {"model": MODEL, "messages": messages, "max_tokens": 2},
+                )[2]
+            )["usage"]
+            for _ in range(2)
+        )  # fmt: skip
+    d1, d2 = first["prompt_tokens_details"], second["prompt_tokens_details"]
+    full = first["prompt_tokens"] // 16 * 16
+    assert d1 == {"cached_tokens": 0, "created_cache_tokens": full, "multimodal_tokens": None}
+    assert d2["cached_tokens"] + d2["created_cache_tokens"] == full and d2["cached_tokens"] > 0
+
+
+def test_named_tool_call_finishes_with_stop_and_cut_calls_come_back_as_text(sim):
+    named = {"type": "function", "function": {"name": "read_file"}}
+    deltas, finish = stream_tool_call(sim.url, named)
+    assert finish == "stop"  # vLLM: "tool_calls" only for auto / required
+    assert all(d["delta"]["content"] is None for d in deltas if "tool_calls" in d["delta"])
+    body = chat_body(tools=TOOLS, tool_choice=named, max_tokens=2)
+    msg = json.loads(request(sim.url, "POST", "/v1/chat/completions", body)[2])["choices"][0]
+    assert msg["finish_reason"] == "length" and "tool_calls" not in msg["message"]
+    assert msg["message"]["content"].startswith('<tool_call>\n{"name": "read_file", "arguments": ')
+
+
+def test_cache_config_info_has_vllm_labels(sim):
+    m = parse_metrics(sim.url)
+    info = dict([labels for name, labels in m if name == "vllm:cache_config_info"][0])
+    assert info["kv_cache_size_tokens"] == str(16384 * 16)
+    assert info["kv_cache_memory_bytes"] == str(16384 * 16 * 131072)
+    assert info["kv_cache_max_concurrency"] == str(16384 * 16 / 32768)
+    assert "swap_space" not in info
+    _, headers, _ = request(sim.url, "GET", "/metrics")
+    assert headers["content-type"] == "text/plain; version=1.0.0; charset=utf-8"
