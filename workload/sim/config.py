@@ -174,7 +174,7 @@ PRESETS: dict[str, tuple[str, dict[str, object]]] = {
 def _coerce(name: str, raw: str) -> object:
     fields = {f.name: f for f in dataclasses.fields(SimConfig)}
     if name not in fields or name in ("faults", "preset"):
-        raise ConfigError(f"unknown setting {name!r}; see README "Embedded simulator" or `agentload sim --help`")
+        raise ConfigError(f"unknown setting {name!r}; see the README section 'Embedded simulator'")
     kind = fields[name].type
     try:
         if kind == "bool":
