@@ -148,6 +148,17 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
         lines.append(
             f"regression: flagged worse on ttft_p95 {k}/{len(rg)} = {k / len(rg):.0%} (Wilson 95 % {lo:.0%}-{hi:.0%})"
         )
+        k = sum(r["verdict"] == VERDICT_WORSE for r in rg)
+        lo, hi = wilson(k, len(rg))
+        lines.append(
+            f"regression: overall verdict worse (any gated metric) {k}/{len(rg)} = {k / len(rg):.0%} (Wilson 95 % {lo:.0%}-{hi:.0%})"
+        )
+        for r in rg:
+            ch = (r["ttft_p95"].get("overall") or {}).get("change")
+            lines.append(
+                f"  trial {r['i']}: {r['verdict']}; overall ttft_p95 {ch if ch is None else f'{ch:+.1%}'}"
+                + (f"; {', '.join(r['flags'])}" if r["flags"] else "")
+            )
     scopes = sorted({s for r in results for s in r["ttft_p95"]})
     for s in scopes:
         for kind, rs in (("aa", aa), ("regression", rg)):
@@ -162,8 +173,24 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
             if len(ch) >= 2 and se:
                 lines.append(
                     f"  {kind:10s} {s:20s} ttft_p95 change mean {statistics.mean(ch):+.1%} "
-                    f"sd {statistics.stdev(ch):.1%}; bootstrap se (log) median {statistics.median(se):.1%}"
+                    f"median {statistics.median(ch):+.1%} sd {statistics.stdev(ch):.1%}; "
+                    f"bootstrap se (log) median {statistics.median(se):.1%}"
                 )
+            if kind == "aa":
+                # Calibration: A/A z-scores log(1+change)/se should have sd about 1.
+                z = [
+                    math.log1p(r["ttft_p95"][s]["change"]) / r["ttft_p95"][s]["se"]
+                    for r in rs
+                    if s in r["ttft_p95"]
+                    and r["ttft_p95"][s]["change"] is not None
+                    and r["ttft_p95"][s]["se"]
+                ]
+                if len(z) >= 2:
+                    big = sum(abs(x) > 3 for x in z)
+                    lines.append(
+                        f"  {'aa':10s} {s:20s} ttft_p95 z-scores: median |z| "
+                        f"{statistics.median(abs(x) for x in z):.2f}, |z| > 3 in {big}/{len(z)}"
+                    )
     # Run length needed: 90 % power at a true 10 % needs log1p(T) - z_K*se >= 1.28*se and
     # change >= T/2, i.e. se <= log1p(T) / (z_K + 1.28).
     gated = [r["gated"] for r in results if r.get("gated")]
