@@ -10,6 +10,9 @@ Method (README "Canary", docs/canary.md):
   independently within their run (a stratified bootstrap). All requests of a
   resampled session come along, so within-session correlation is respected.
   Counts (completed sessions/requests per minute) use a Poisson interval.
+  When sessions pair, latency percentiles are over the (session, step)
+  requests both runs completed, so a side that fell behind does not change
+  the mix of steps compared (its missing work shows in throughput/counts).
 * Changes: relative (B/A − 1) for percentiles, counts and acceptance length,
   computed on the log scale; absolute (percentage points) for ratios. The
   interval is the normal interval from the bootstrap standard error.
@@ -19,7 +22,9 @@ Method (README "Canary", docs/canary.md):
   **no detectable change**. The intervals of gated metrics (those with a
   threshold, overall and per class) are Bonferroni-adjusted over the gated
   metrics that can vary (Tarone: a metric with zero spread in both runs cannot
-  be flagged and does not count), so the whole family keeps `confidence`.
+  be flagged and does not count; neither does a metric with too little data,
+  nor a class row identical to the overall row), so the whole family keeps
+  `confidence`.
   The T/2 floor keeps tiny systematic differences (two servers are never
   bit-identical) from being called regressions on long runs; with a run long
   enough that the standard error of the change is ≤ T/4.3, a true change of T
