@@ -103,6 +103,34 @@ def trial(out: Path, kind: str, i: int, args: argparse.Namespace) -> dict:
     return {"kind": kind, "i": i, "exit": code, "wall_s": time.time() - t0, **judge(out)}
 
 
+def paired_shift(out: Path, other: str, n_boot: int = 400) -> dict:
+    """Candidate statistic, not (yet) in compare: the median over paired requests of
+    log(TTFT_B / TTFT_A), with a session-cluster bootstrap SE. Robust to a few
+    requests changing places in the tail, which is what moves TTFT p95 between two
+    instances of the same server."""
+    import numpy as np
+
+    def load(p: Path) -> dict:
+        rows = [json.loads(line) for line in (p / "requests.jsonl").read_text().splitlines()]
+        return {(r["session_id"], r.get("step")): r["ttft_ms"] for r in rows if r.get("ttft_ms")}
+
+    a, b = load(out / "baseline"), load(out / other)
+    keys = sorted(set(a) & set(b))
+    if len(keys) < 20:
+        return {"change": None, "se": None, "n": len(keys)}
+    lr = np.log([b[k] / a[k] for k in keys])
+    _, inv = np.unique([k[0] for k in keys], return_inverse=True)
+    n_s = inv.max() + 1
+    order = np.argsort(lr)
+    rng = np.random.default_rng(0)
+    boots = []
+    for _ in range(n_boot):
+        w = np.bincount(rng.integers(0, n_s, n_s), minlength=n_s)[inv][order]
+        cw = np.cumsum(w)
+        boots.append(lr[order][np.searchsorted(cw, cw[-1] / 2)])
+    return {"change": float(np.expm1(np.median(lr))), "se": float(np.std(boots)), "n": len(keys)}
+
+
 def judge(out: Path, other: str = "candidate") -> dict:
     """Re-compare a kept trial directory (so rules can be re-evaluated without rerunning)."""
     cmp = compare_runs(out / "baseline", out / other)
@@ -122,6 +150,7 @@ def judge(out: Path, other: str = "candidate") -> dict:
             s: {"change": m.change, "se": m.se, "verdict": m.verdict} for s, m in ttft.items()
         },
         "duration_s": cmp.run_a.duration_s,
+        "ttft_shift": paired_shift(out, other),
     }
 
 
@@ -158,6 +187,37 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
             lines.append(
                 f"  trial {r['i']}: {r['verdict']}; overall ttft_p95 {ch if ch is None else f'{ch:+.1%}'}"
                 + (f"; {', '.join(r['flags'])}" if r["flags"] else "")
+            )
+
+    # Offline candidate rule on the paired TTFT shift: same rule as compare (interval
+    # above 0 at the Bonferroni z of the run's gated metrics + 1, change >= T/2).
+    def shift_verdict(r: dict) -> str:
+        sh = r.get("ttft_shift") or {}
+        if sh.get("change") is None or not sh.get("se"):
+            return "insufficient data"
+        zk = float(sps.norm.ppf(1 - 0.05 / (2 * (int(r.get("gated") or 1) + 1))))
+        lc = math.log1p(sh["change"])
+        if lc - zk * sh["se"] > 0 and sh["change"] >= threshold / 2:
+            return VERDICT_WORSE
+        if lc + zk * sh["se"] < 0 and sh["change"] <= -threshold / 2:
+            return "better"
+        return VERDICT_SAME
+
+    for kind, rs, want in (("aa", aa, VERDICT_SAME), ("regression", rg, VERDICT_WORSE)):
+        vs = [shift_verdict(r) for r in rs if "ttft_shift" in r]
+        if vs:
+            k = sum(v == want for v in vs)
+            lo, hi = wilson(k, len(vs))
+            ch = [
+                r["ttft_shift"]["change"]
+                for r in rs
+                if (r.get("ttft_shift") or {}).get("change") is not None
+            ]
+            se = [r["ttft_shift"]["se"] for r in rs if (r.get("ttft_shift") or {}).get("se")]
+            lines.append(
+                f"candidate rule, paired TTFT shift (median per-request log ratio), {kind}: "
+                f"'{want}' {k}/{len(vs)} = {k / len(vs):.0%} (Wilson 95 % {lo:.0%}-{hi:.0%}); "
+                f"change {min(ch):+.1%}..{max(ch):+.1%}, se median {statistics.median(se):.1%}"
             )
     scopes = sorted({s for r in results for s in r["ttft_p95"]})
     for s in scopes:
