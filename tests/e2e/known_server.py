@@ -167,6 +167,8 @@ class KnownServer:
                 self.wfile.flush()
 
         class Quiet(ThreadingHTTPServer):
+            request_queue_size = 1024  # 50+ concurrent connects must not wait in a 5-deep backlog
+
             def handle_error(self, request, client_address):  # clients stopped mid-stream
                 pass
 
