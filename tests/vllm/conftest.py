@@ -20,14 +20,13 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.vllm.server import SERVED_MODEL_NAME, VllmServer, setup_problem
+from tests.vllm.server import SERVED_MODEL_NAME, ServerHttp, VllmServer, setup_problem
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,29 +35,13 @@ def _required() -> bool:
     return os.environ.get("AGENTLOAD_REQUIRE_VLLM", "") not in ("", "0")
 
 
-class _External:
+class _External(ServerHttp):
     """A server someone else started (AGENTLOAD_VLLM_URL); same helpers, no lifecycle."""
 
     def __init__(self, url: str, log: str | None) -> None:
         self.base_url = url.rstrip("/")
         self.model = SERVED_MODEL_NAME
         self.log_path = Path(log) if log else None
-
-    def get(self, path: str, timeout: float = 30.0) -> bytes:
-        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as r:
-            return r.read()
-
-    def post_json(self, path: str, body: dict, timeout: float = 120.0) -> dict:
-        req = urllib.request.Request(
-            self.base_url + path,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read())
-
-    def metrics_text(self) -> str:
-        return self.get("/metrics").decode()
 
 
 @pytest.fixture(scope="session")

@@ -71,7 +71,29 @@ def free_port() -> int:
 
 
 @dataclass
-class VllmServer:
+class ServerHttp:
+    """Small helpers for tests that talk to a server directly (needs ``base_url``)."""
+
+    base_url: str
+
+    def get(self, path: str, timeout: float = 30.0) -> bytes:
+        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as r:
+            return r.read()
+
+    def post_json(self, path: str, body: dict, timeout: float = 120.0) -> dict:
+        req = urllib.request.Request(
+            self.base_url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def metrics_text(self) -> str:
+        return self.get("/metrics").decode()
+
+
+class VllmServer(ServerHttp):
     """One real vLLM OpenAI-compatible server process group on 127.0.0.1."""
 
     log_path: Path
@@ -179,23 +201,6 @@ class VllmServer:
         except OSError:
             return "(no log)"
         return "\n".join(lines[-n:])
-
-    # Small helpers for tests that talk to the server directly.
-    def get(self, path: str, timeout: float = 30.0) -> bytes:
-        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as r:
-            return r.read()
-
-    def post_json(self, path: str, body: dict, timeout: float = 120.0) -> dict:
-        req = urllib.request.Request(
-            self.base_url + path,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read())
-
-    def metrics_text(self) -> str:
-        return self.get("/metrics").decode()
 
 
 def _group_alive(pgid: int) -> bool:
