@@ -86,7 +86,11 @@ def write_json(path: Path, obj: Any) -> None:
     """Write JSON atomically (temp file + rename) so readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+    tmp.write_bytes(
+        orjson.dumps(
+            obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+        )
+    )
     os.replace(tmp, path)
 
 

@@ -76,44 +76,113 @@ def _positive_float(name: str, value: str) -> float:
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by `run` and `canary` (what traffic to send)."""
-    p.add_argument("--profile", "--agent-profile", dest="profile", default="quickstart",
-                   help="built-in profile name or YAML file (default: quickstart)")
+    p.add_argument(
+        "--profile",
+        "--agent-profile",
+        dest="profile",
+        default="quickstart",
+        help="built-in profile name or YAML file (default: quickstart)",
+    )
     p.add_argument("--users", default="", help="concurrent users (default: the profile's users)")
-    p.add_argument("--spawn-rate", default="", help="users started per second (default: users per second)")
-    p.add_argument("--duration", default="", help="run length, e.g. 30s, 5m (default: the profile's duration)")
+    p.add_argument(
+        "--spawn-rate", default="", help="users started per second (default: users per second)"
+    )
+    p.add_argument(
+        "--duration", default="", help="run length, e.g. 30s, 5m (default: the profile's duration)"
+    )
     p.add_argument("--seed", default="", help="traffic seed (integer; default: the profile's seed)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
-                   help="override a profile field (repeatable)")
-    p.add_argument("--label", dest="labels", action="append", default=[], metavar="KEY=VALUE",
-                   help="operator label recorded in run.json, e.g. container=vllm:0.29 (repeatable)")
-    p.add_argument("--slo", dest="slos", action="append", default=[], metavar="[CLASS.]METRIC=VALUE",
-                   help="SLO override, e.g. ttft_p95_ms=800 or interactive.e2e_p95_ms=20000")
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a profile field (repeatable)",
+    )
+    p.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="operator label recorded in run.json, e.g. container=vllm:0.29 (repeatable)",
+    )
+    p.add_argument(
+        "--slo",
+        dest="slos",
+        action="append",
+        default=[],
+        metavar="[CLASS.]METRIC=VALUE",
+        help="SLO override, e.g. ttft_p95_ms=800 or interactive.e2e_p95_ms=20000",
+    )
     p.add_argument("--model", default="", help="model name (default: discovered from /v1/models)")
-    p.add_argument("--tokenizer", default="tiktoken", choices=["tiktoken", "server"],
-                   help="prompt-size tokenizer: offline tiktoken, or the target's /tokenize")
-    p.add_argument("--sessions-per-user", default="0", help="end each user after N sessions (0: run time decides)")
-    p.add_argument("--scrape-interval", default="2", help="seconds between /metrics scrapes (0: off)")
-    p.add_argument("--max-error-ratio", default="", help="exit 1 above this error ratio (default: the profile's)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY",
-                   help="environment variable that holds the API key (default OPENAI_API_KEY)")
-    p.add_argument("--workers", default="1", help="worker processes on this machine (Locust --processes)")
-    p.add_argument("--sim-preset", default="default", help="simulator preset when no --host is given")
-    p.add_argument("--sim-fault", dest="sim_faults", action="append", default=[], metavar="KIND=RATE",
-                   help="simulator fault injection, e.g. 500=0.05 or reset=0.01 (no --host only)")
-    p.add_argument("--sim-set", dest="sim_sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="simulator engine setting (no --host only), e.g. ttft_scale=1.1")
+    p.add_argument(
+        "--tokenizer",
+        default="tiktoken",
+        choices=["tiktoken", "server"],
+        help="prompt-size tokenizer: offline tiktoken, or the target's /tokenize",
+    )
+    p.add_argument(
+        "--sessions-per-user",
+        default="0",
+        help="end each user after N sessions (0: run time decides)",
+    )
+    p.add_argument(
+        "--scrape-interval", default="2", help="seconds between /metrics scrapes (0: off)"
+    )
+    p.add_argument(
+        "--max-error-ratio",
+        default="",
+        help="exit 1 above this error ratio (default: the profile's)",
+    )
+    p.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable that holds the API key (default OPENAI_API_KEY)",
+    )
+    p.add_argument(
+        "--workers", default="1", help="worker processes on this machine (Locust --processes)"
+    )
+    p.add_argument(
+        "--sim-preset", default="default", help="simulator preset when no --host is given"
+    )
+    p.add_argument(
+        "--sim-fault",
+        dest="sim_faults",
+        action="append",
+        default=[],
+        metavar="KIND=RATE",
+        help="simulator fault injection, e.g. 500=0.05 or reset=0.01 (no --host only)",
+    )
+    p.add_argument(
+        "--sim-set",
+        dest="sim_sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="simulator engine setting (no --host only), e.g. ttft_scale=1.1",
+    )
 
 
 def build_run_parser(prog: str = "agentload run") -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description="Run agent traffic against a server (or the embedded simulator).")
-    p.add_argument("--host", default="", help="server base URL; none = start the embedded simulator")
+    p = _Parser(
+        prog=prog, description="Run agent traffic against a server (or the embedded simulator)."
+    )
+    p.add_argument(
+        "--host", default="", help="server base URL; none = start the embedded simulator"
+    )
     add_run_arguments(p)
     p.add_argument("--out", default="", help="run directory (default runs/<run id>)")
     p.add_argument("--server-log", default="", help="vLLM server log file to fingerprint")
-    p.add_argument("--web", action="store_true", help="open Locust's web UI instead of running headless")
+    p.add_argument(
+        "--web", action="store_true", help="open Locust's web UI instead of running headless"
+    )
     p.add_argument("--web-port", default="8089", help="web UI port (with --web)")
-    p.add_argument("locust_args", nargs=argparse.REMAINDER,
-                   help="after --: extra arguments passed to Locust unchanged")
+    p.add_argument(
+        "locust_args",
+        nargs=argparse.REMAINDER,
+        help="after --: extra arguments passed to Locust unchanged",
+    )
     return p
 
 
@@ -134,8 +203,11 @@ def resolve_run(args: argparse.Namespace) -> dict:
         raise UsageError("; ".join(e.problems)) from None
     run_defaults = profile.run
     users = _positive_int("--users", args.users) if args.users else int(run_defaults.users)
-    spawn = (_positive_float("--spawn-rate", args.spawn_rate) if args.spawn_rate
-             else float(run_defaults.spawn_rate or users))
+    spawn = (
+        _positive_float("--spawn-rate", args.spawn_rate)
+        if args.spawn_rate
+        else float(run_defaults.spawn_rate or users)
+    )
     duration = parse_duration(args.duration) if args.duration else float(run_defaults.duration_s)
     workers = _positive_int("--workers", args.workers)
     try:
@@ -153,18 +225,57 @@ def resolve_run(args: argparse.Namespace) -> dict:
         parse_slo_overrides(args.slos)
     except SetupError as e:
         raise UsageError(str(e)) from None
-    return {"host": host, "users": users, "spawn": spawn, "duration": duration, "workers": workers,
-            "seed": seed, "spu": spu, "scrape": scrape, "max_err": max_err, "profile": profile}
+    return {
+        "host": host,
+        "users": users,
+        "spawn": spawn,
+        "duration": duration,
+        "workers": workers,
+        "seed": seed,
+        "spu": spu,
+        "scrape": scrape,
+        "max_err": max_err,
+        "profile": profile,
+    }
 
 
-def locust_command(args: argparse.Namespace, r: dict, host: str, out: Path, run_id: str, argv: list[str]) -> list[str]:
-    cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", host,
-           "--users", str(r["users"]), "--spawn-rate", str(r["spawn"]),
-           "--agent-profile", args.profile, "--out", str(out), "--run-id", run_id,
-           "--tokenizer", args.tokenizer, "--sessions-per-user", str(r["spu"]),
-           "--scrape-interval", str(r["scrape"]), "--max-error-ratio", str(r["max_err"]),
-           "--api-key-env", args.api_key_env, "--agent-argv", " ".join(["agentload", *argv]),
-           "--only-summary", "--loglevel", "WARNING"]
+def locust_command(
+    args: argparse.Namespace, r: dict, host: str, out: Path, run_id: str, argv: list[str]
+) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILE),
+        "--host",
+        host,
+        "--users",
+        str(r["users"]),
+        "--spawn-rate",
+        str(r["spawn"]),
+        "--agent-profile",
+        args.profile,
+        "--out",
+        str(out),
+        "--run-id",
+        run_id,
+        "--tokenizer",
+        args.tokenizer,
+        "--sessions-per-user",
+        str(r["spu"]),
+        "--scrape-interval",
+        str(r["scrape"]),
+        "--max-error-ratio",
+        str(r["max_err"]),
+        "--api-key-env",
+        args.api_key_env,
+        "--agent-argv",
+        " ".join(["agentload", *argv]),
+        "--only-summary",
+        "--loglevel",
+        "WARNING",
+    ]
     if r["seed"]:
         cmd += ["--seed", r["seed"]]
     if args.model:
@@ -185,8 +296,18 @@ def locust_command(args: argparse.Namespace, r: dict, host: str, out: Path, run_
         # A free master port: two distributed runs at once (e.g. both sides of a canary)
         # must not share Locust's default 5557 and swap workers.
         port = _free_port()
-        cmd += ["--processes", str(r["workers"]), "--master-bind-host", "127.0.0.1",
-                "--master-bind-port", str(port), "--master-host", "127.0.0.1", "--master-port", str(port)]
+        cmd += [
+            "--processes",
+            str(r["workers"]),
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(port),
+            "--master-host",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+        ]
     extra = [a for a in getattr(args, "locust_args", []) if a != "--"]
     return cmd + extra
 
@@ -218,8 +339,11 @@ def cmd_run(argv: list[str]) -> int:
             except SimStartError as e:
                 raise UsageError(f"the embedded simulator did not start: {e}") from None
             host = sim.url
-            print(f"agentload: no --host given; started the embedded simulator at {host} "
-                  f"(preset {args.sim_preset})", flush=True)
+            print(
+                f"agentload: no --host given; started the embedded simulator at {host} "
+                f"(preset {args.sim_preset})",
+                flush=True,
+            )
         preflight(args, r, host)
         cmd = locust_command(args, r, host, out, run_id, ["run", *argv])
         return _run_child(cmd)
@@ -242,8 +366,12 @@ def preflight(args: argparse.Namespace, r: dict, host: str) -> None:
     if args.tokenizer != "tiktoken":
         return  # the server tokenizer is checked where it is built (inside the run)
     try:
-        SessionPlanner(r["profile"], get_tokenizer("tiktoken:cl100k_base"), model=facts["model"],
-                       max_model_len=facts.get("max_model_len"))
+        SessionPlanner(
+            r["profile"],
+            get_tokenizer("tiktoken:cl100k_base"),
+            model=facts["model"],
+            max_model_len=facts.get("max_model_len"),
+        )
     except ProfileError as e:
         raise UsageError("; ".join(e.problems)) from None
     except TokenizerUnavailable as e:
@@ -281,7 +409,9 @@ def cmd_profiles(argv: list[str]) -> int:
 
     from workload.profile import ProfileError, list_profiles, load_profile, profile_schema
 
-    p = _Parser(prog="agentload profiles", description="List, show, validate profiles; print the schema.")
+    p = _Parser(
+        prog="agentload profiles", description="List, show, validate profiles; print the schema."
+    )
     sub = p.add_subparsers(dest="what", required=True)
     sub.add_parser("list", help="built-in profiles")
     s = sub.add_parser("show", help="the resolved profile as YAML")
@@ -352,8 +482,12 @@ COMMANDS = {
 
 
 def usage() -> str:
-    lines = [f"agentload {__version__}: agent-shaped load for OpenAI-compatible servers", "",
-             "usage: agentload COMMAND [options]   (agentload COMMAND --help for details)", ""]
+    lines = [
+        f"agentload {__version__}: agent-shaped load for OpenAI-compatible servers",
+        "",
+        "usage: agentload COMMAND [options]   (agentload COMMAND --help for details)",
+        "",
+    ]
     lines += [f"  {name:10s} {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -368,7 +502,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"agentload: error: unknown command {name!r}; one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        print(
+            f"agentload: error: unknown command {name!r}; one of: {', '.join(COMMANDS)}",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     try:
         return COMMANDS[name][0](rest)

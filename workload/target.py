@@ -36,27 +36,37 @@ def parse_slo_overrides(items: list[str]) -> dict[str, dict[str, float]]:
     return out
 
 
-def probe_target(host: str, api_key: str | None, model: str | None, timeout_s: float = 10.0) -> dict[str, Any]:
+def probe_target(
+    host: str, api_key: str | None, model: str | None, timeout_s: float = 10.0
+) -> dict[str, Any]:
     """GET /v1/models: is this an OpenAI-compatible server, and which model? Raises SetupError."""
     import json
     import urllib.error
     import urllib.request
 
     url = host.rstrip("/") + "/v1/models"
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    req = urllib.request.Request(
+        url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             body = r.read()
             ctype = r.headers.get("Content-Type", "")
     except urllib.error.HTTPError as e:
-        hint = " (check the API key in $OPENAI_API_KEY or --api-key-env)" if e.code in (401, 403) else ""
+        hint = (
+            " (check the API key in $OPENAI_API_KEY or --api-key-env)"
+            if e.code in (401, 403)
+            else ""
+        )
         raise SetupError(
             f"{host} is not an OpenAI-compatible server: GET /v1/models answered HTTP {e.code}{hint}; "
             "point --host at the server's base URL (without /v1)"
         ) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise SetupError(f"cannot reach {host}: {reason}; is the server running and --host right?") from None
+        raise SetupError(
+            f"cannot reach {host}: {reason}; is the server running and --host right?"
+        ) from None
     try:
         data = json.loads(body)
         models = data["data"]

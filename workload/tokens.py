@@ -68,7 +68,9 @@ class ServerTokenizer:
     Used for calibration at start-up, never on the request hot path.
     """
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 30.0):
+    def __init__(
+        self, base_url: str, model: str, api_key: str | None = None, timeout: float = 30.0
+    ):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.timeout = timeout

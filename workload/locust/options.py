@@ -80,15 +80,28 @@ def add_arguments(parser: Any) -> None:
         include_in_web_ui=False,
         help="Exit 1 when errors/requests exceed this (default: the profile's max_error_ratio)",
     )
-    g.add_argument("--server-log", default="", include_in_web_ui=False, help="vLLM server log to fingerprint")
-    g.add_argument("--run-id", dest="agent_run_id", default="", include_in_web_ui=False, help="Run id (set by agentload run)")
+    g.add_argument(
+        "--server-log", default="", include_in_web_ui=False, help="vLLM server log to fingerprint"
+    )
+    g.add_argument(
+        "--run-id",
+        dest="agent_run_id",
+        default="",
+        include_in_web_ui=False,
+        help="Run id (set by agentload run)",
+    )
     g.add_argument(
         "--api-key-env",
         default="OPENAI_API_KEY",
         include_in_web_ui=False,
         help="Environment variable holding the API key (never written anywhere)",
     )
-    g.add_argument("--agent-argv", default="", include_in_web_ui=False, help="(internal) the agentload command line")
+    g.add_argument(
+        "--agent-argv",
+        default="",
+        include_in_web_ui=False,
+        help="(internal) the agentload command line",
+    )
     g.add_argument(
         "--progress-interval",
         type=float,

@@ -82,7 +82,9 @@ class AgentRuntime:
 
         host = (self.env.host or "").rstrip("/")
         if not host:
-            raise SetupError("no target: pass --host URL (or use `agentload run`, which starts the simulator)")
+            raise SetupError(
+                "no target: pass --host URL (or use `agentload run`, which starts the simulator)"
+            )
         try:
             self.profile = load_profile(self.opts.agent_profile, list(self.opts.agent_set or []))
         except ProfileError as e:
@@ -105,7 +107,11 @@ class AgentRuntime:
             self.target = {"url": host, **facts}
         try:
             tok_spec = "server" if self.opts.tokenizer == "server" else "tiktoken:cl100k_base"
-            tokenizer = get_tokenizer(tok_spec, base_url=host, model=model, api_key=api_key) if tok_spec == "server" else get_tokenizer(tok_spec)
+            tokenizer = (
+                get_tokenizer(tok_spec, base_url=host, model=model, api_key=api_key)
+                if tok_spec == "server"
+                else get_tokenizer(tok_spec)
+            )
         except TokenizerUnavailable as e:
             raise SetupError(str(e)) from None
         try:
@@ -155,16 +161,22 @@ class AgentRuntime:
             try:
                 log_text = Path(self.opts.server_log).read_text(errors="replace")
             except OSError as e:
-                raise SetupError(f"cannot read --server-log {self.opts.server_log}: {e.strerror}") from None
+                raise SetupError(
+                    f"cannot read --server-log {self.opts.server_log}: {e.strerror}"
+                ) from None
         try:
-            self.fingerprint = server.fingerprint(host, api_key=api_key, labels=labels, server_log_text=log_text)
+            self.fingerprint = server.fingerprint(
+                host, api_key=api_key, labels=labels, server_log_text=log_text
+            )
         except Exception as e:  # noqa: BLE001 - a fingerprint is best effort; record why
             self.fingerprint = {"error": f"{type(e).__name__}: {e}"}
         self.labels = labels
         interval = float(self.opts.scrape_interval or 0)
         if interval > 0:
             self.metrics_writer = artifacts.JsonlWriter(self.out_dir / "metrics.jsonl")
-            self.scraper = server.MetricsScraper(host, interval, self.metrics_writer.write, api_key=api_key)
+            self.scraper = server.MetricsScraper(
+                host, interval, self.metrics_writer.write, api_key=api_key
+            )
             self.scraper.start()
 
     # ---- hot path ------------------------------------------------------------------------------
@@ -175,7 +187,9 @@ class AgentRuntime:
         (self.delta if self.role == "worker" else self.total).add_request(rec)
         if rec.status == STATUS_CANCELLED:
             return  # not a success, not a server failure: only in our stats
-        exc = None if rec.ok else RequestFailed(f"{rec.error_kind}: {rec.error_detail or ''}".strip())
+        exc = (
+            None if rec.ok else RequestFailed(f"{rec.error_kind}: {rec.error_detail or ''}".strip())
+        )
         self.env.events.request.fire(
             request_type=rec.endpoint,
             name=rec.user_class,
