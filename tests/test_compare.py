@@ -44,9 +44,11 @@ def test_same_traffic_is_no_detectable_change(tmp_path, base):
     assert cmp.verdict == VERDICT_SAME
     assert cmp.exit_code == 0
     assert cmp.fingerprint_diff == []
-    ttft = _row(cmp, "overall", "ttft_p95")
+    ttft = _row(cmp, "overall", "ttft_shift")
     assert ttft.gated and ttft.paired_share == 1.0
     assert ttft.ci[0] < 0 < ttft.ci[1]
+    p95 = _row(cmp, "overall", "ttft_p95")
+    assert not p95.gated and p95.note and p95.ci[0] < 0 < p95.ci[1]
 
 
 def test_identical_runs_have_zero_change(base):
@@ -170,7 +172,8 @@ def test_to_dict_is_json(tmp_path, base):
     d = compare_runs(base, b).to_dict()
     back = json.loads(orjson.dumps(d))
     assert back["verdict"] == VERDICT_SAME and back["exit_code"] == 0
-    assert any(m["metric"] == "ttft_p95" and m["gated"] for m in back["metrics"])
+    assert any(m["metric"] == "ttft_shift" and m["gated"] for m in back["metrics"])
+    assert "ttft_shift" in back["method"]["gating"]
 
 
 def test_quantile_matches_numpy_inverted_cdf():
@@ -213,21 +216,21 @@ def test_class_that_is_the_whole_run_is_gated_once(tmp_path):
     a = write_run(tmp_path / "a", classes=one)
     b = write_run(tmp_path / "b", classes=one, noise_seed=2, ttft_scale=1.2)
     cmp = compare_runs(a, b)
-    over, cls = _row(cmp, "overall", "ttft_p95"), _row(cmp, "class:interactive", "ttft_p95")
+    over, cls = _row(cmp, "overall", "ttft_shift"), _row(cmp, "class:interactive", "ttft_shift")
     assert over.gated and not cls.gated and cls.same_as == "overall"
     assert cls.ci == pytest.approx(over.ci, rel=0.05)  # its own bootstrap draws
     assert cls.verdict == over.verdict == VERDICT_WORSE
     assert not any(m.gated for m in cmp.rows("class:interactive"))
     # a class-scoped threshold of its own keeps the class row gated
-    cmp = compare_runs(a, b, {"interactive.ttft_p95": 15})
-    assert _row(cmp, "class:interactive", "ttft_p95").gated
+    cmp = compare_runs(a, b, {"interactive.ttft_shift": 15})
+    assert _row(cmp, "class:interactive", "ttft_shift").gated
 
 
 def test_two_classes_keep_their_own_gates(tmp_path, base):
     b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2)
     cmp = compare_runs(base, b)
-    assert _row(cmp, "class:interactive", "ttft_p95").gated
-    assert _row(cmp, "class:background", "ttft_p95").gated
+    assert _row(cmp, "class:interactive", "ttft_shift").gated
+    assert _row(cmp, "class:background", "ttft_shift").gated
 
 
 def test_latency_quantiles_compare_the_requests_both_sides_completed(tmp_path, base):
@@ -251,3 +254,89 @@ def test_latency_quantiles_compare_the_requests_both_sides_completed(tmp_path, b
     assert _row(compare_runs(base, other), "overall", "ttft_p95").n_b == sum(
         1 for r in rows if r.get("ttft_ms") is not None
     )
+
+
+# --------------------------------------------------------------------------- paired shift gating
+
+
+def test_uniform_ten_percent_ttft_shift_is_worse_via_ttft_shift(tmp_path, base):
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2, ttft_scale=1.10)
+    cmp = compare_runs(base, b)
+    row = _row(cmp, "overall", "ttft_shift")
+    assert row.gated and row.verdict == VERDICT_WORSE
+    assert row.change == pytest.approx(0.10, abs=0.02) and row.ci[0] > 0
+    assert cmp.verdict == VERDICT_WORSE and cmp.exit_code == 3
+    assert not _row(cmp, "overall", "ttft_p95").gated
+    # ITL and E2E shifts are gated too; ITL did not change
+    assert _row(cmp, "overall", "itl_shift").gated
+    assert _row(cmp, "overall", "itl_shift").verdict == VERDICT_SAME
+    assert "paired shift" in cmp.gating and "ttft_shift" in cmp.render_text()
+
+
+def test_identical_runs_shift_is_zero_and_no_change(base):
+    cmp = compare_runs(base, base)
+    assert cmp.verdict == VERDICT_SAME
+    row = _row(cmp, "overall", "ttft_shift")
+    assert row.gated and row.change == 0.0 and row.verdict == VERDICT_SAME
+
+
+def _tail_blowup(tmp_path, base):
+    """B: the same requests as A (identical noise) but its slowest 8 % of TTFTs 3x slower."""
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=1)
+    path = b / "requests.jsonl"
+    rows = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    ttfts = sorted(r["ttft_ms"] for r in rows if r.get("ttft_ms") is not None)
+    cut = ttfts[int(0.92 * len(ttfts))]
+    for r in rows:
+        if r.get("ttft_ms") is not None and r["ttft_ms"] >= cut:
+            r["ttft_ms"] *= 3.0
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return b
+
+
+def test_tail_only_blowup_shows_on_p95_but_does_not_gate_by_default(tmp_path, base):
+    b = _tail_blowup(tmp_path, base)
+    cmp = compare_runs(base, b)
+    p95 = _row(cmp, "overall", "ttft_p95")
+    assert p95.verdict == VERDICT_WORSE and not p95.gated and "ttft_shift" in p95.note
+    shift = _row(cmp, "overall", "ttft_shift")
+    assert shift.gated and shift.change == 0.0 and shift.verdict == VERDICT_SAME
+    assert cmp.verdict == VERDICT_SAME and cmp.exit_code == 0
+    assert "not gated; ttft_shift gates" in cmp.render_text()
+
+
+def test_tail_only_blowup_gates_when_p95_is_named(tmp_path, base, capsys):
+    b = _tail_blowup(tmp_path, base)
+    cmp = compare_runs(base, b, {"ttft_p95": 10})
+    p95 = _row(cmp, "overall", "ttft_p95")
+    assert p95.gated and p95.note is None and p95.verdict == VERDICT_WORSE
+    assert cmp.verdict == VERDICT_WORSE
+    assert "ttft_p95 also gate" in cmp.gating
+    assert main_compare([str(base), str(b), "--threshold", "ttft_p95=10"]) == 3
+    html = tmp_path / "c.html"
+    assert main_compare([str(base), str(b), "--html", str(html)]) == 0
+    page = html.read_text()
+    assert "What gates:" in page and "--threshold ttft_p95=10" in page
+    capsys.readouterr()
+
+
+def test_unpaired_runs_gate_on_percentiles(tmp_path, base):
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2, seed=43)
+    cmp = compare_runs(base, b)
+    assert _row(cmp, "overall", "ttft_p95").gated
+    shift = _row(cmp, "overall", "ttft_shift")
+    assert not shift.gated and shift.verdict == "insufficient data" and "pair" in shift.note
+    assert "do not pair" in cmp.gating
+    assert not any("ttft_shift" in w for w in cmp.warnings)
+
+
+def test_profile_ttft_p95_threshold_reaches_the_shift(tmp_path):
+    a = write_run(tmp_path / "a", classes=_classes(), compare={"ttft_p95_pct": 50.0})
+    b = write_run(
+        tmp_path / "b", classes=_classes(), noise_seed=2, ttft_scale=1.2,
+        compare={"ttft_p95_pct": 50.0},
+    )  # fmt: skip
+    cmp = compare_runs(a, b)
+    assert cmp.thresholds["ttft_shift"] == 50.0
+    assert _row(cmp, "overall", "ttft_shift").verdict == VERDICT_SAME  # +20 % < 50 % / 2
+    assert compare_runs(a, b, {"ttft_shift": 10}).verdict == VERDICT_WORSE

@@ -13,6 +13,18 @@ Method (README "Canary", docs/canary.md):
   When sessions pair, latency percentiles are over the (session, step)
   requests both runs completed, so a side that fell behind does not change
   the mix of steps compared (its missing work shows in throughput/counts).
+* Latency gates on the **paired per-request shift** (`ttft_shift`, `itl_shift`,
+  `e2e_shift`): the median, over the (session, step) requests both runs served,
+  of log(B/A) (ITL: the per-request mean), reported as exp(median) − 1, with the
+  same session-cluster bootstrap. Two instances of the same server reorder a
+  few requests in the tail (start-up waves, preemption cascades), which moves
+  p95 by more than 10 % with no change in the server; the paired median does
+  not move for that, and a real slowdown of every request moves it fully
+  (docs/canary.md "Verdict quality"). When the runs pair, the percentile rows
+  (p50/p95/p99) are shown with their intervals and verdicts but do not gate
+  unless a flag names them (`--threshold ttft_p95=10`); when the runs do not
+  pair (different seed or profile) there is no shift, and the percentiles with
+  a threshold gate as before.
 * Changes: relative (B/A − 1) for percentiles, counts and acceptance length,
   computed on the log scale; absolute (percentage points) for ratios. The
   interval is the normal interval from the bootstrap standard error.
@@ -62,6 +74,9 @@ QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 # Thresholds in percent (relative) or percentage points (ratios); a metric
 # without a threshold is reported but does not gate.
 DEFAULT_THRESHOLDS: dict[str, float] = {
+    "ttft_shift": 10.0,
+    "itl_shift": 10.0,
+    "e2e_shift": 10.0,
     "ttft_p95": 10.0,
     "itl_p95": 10.0,
     "e2e_p95": 10.0,
@@ -83,13 +98,17 @@ _PROFILE_NAMES = {
     "cached_ratio_pp": "cached_ratio",
 }
 
+# A profile's percentile threshold also sets the paired shift's (the shift is what gates
+# when runs pair, so a profile's "10 % TTFT" must reach it).
+_SHIFT_OF = {f"{lat}_p95": f"{lat}_shift" for lat in ("ttft", "itl", "e2e")}
+
 
 @dataclass(frozen=True)
 class MetricDef:
     """How one metric is computed and judged."""
 
     name: str
-    kind: str  # quantile | ratio | mean | count
+    kind: str  # quantile | shift | ratio | mean | count
     change: str  # relative | absolute
     higher_is_worse: bool
     unit: str
@@ -101,6 +120,9 @@ def _metric_defs() -> dict[str, MetricDef]:
         for qn in QUANTILES:
             n = f"{lat}_{qn}"
             defs[n] = MetricDef(n, "quantile", "relative", True, "ms")
+    for lat in ("ttft", "itl", "e2e"):
+        n = f"{lat}_shift"
+        defs[n] = MetricDef(n, "shift", "relative", True, "ms")
     for n, worse in (
         ("error_ratio", True),
         ("tool_loop_failure_ratio", True),
@@ -342,6 +364,7 @@ class MetricDiff:
     se: float | None = None  # standard error on the test scale (log ratio | difference)
     higher_is_worse: bool = True
     same_as: str | None = None  # scope whose gated row is this same test (then not gated)
+    note: str | None = None  # why a row with a threshold does not gate
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -368,6 +391,7 @@ class Comparison:
     thresholds: dict[str, float]
     gated_count: int
     verdict: str = VERDICT_SAME
+    gating: str = ""  # one sentence: which metrics gate and why
 
     @property
     def exit_code(self) -> int:
@@ -394,6 +418,7 @@ class Comparison:
                 "gated_metrics": self.gated_count,
                 "rule": "worse: interval above 0 and change >= threshold/2; intervals of gated "
                 "metrics Bonferroni-adjusted over gated metrics; paired cluster bootstrap over sessions",
+                "gating": self.gating,
             },
             "thresholds": self.thresholds,
             "warnings": self.warnings,
@@ -447,9 +472,16 @@ def resolve_thresholds(run_a: dict, run_b: dict, flags: dict | None) -> dict[str
             if k == "alpha":
                 continue
             try:
-                out[_metric_name(str(k))] = _pct(v)
+                name, val = _metric_name(str(k)), _pct(v)
             except (TypeError, ValueError):
                 continue
+            out[name] = val
+            scope, dot, base = name.rpartition(".")
+            shift = _SHIFT_OF.get(base)
+            if shift and not any(
+                _metric_name(str(x)) == f"{scope}{dot}{shift}" for x in profile_compare(run)
+            ):
+                out[f"{scope}{dot}{shift}"] = val
     for k, v in (flags or {}).items():
         name = _metric_name(k)
         if v is None:
@@ -462,6 +494,18 @@ def resolve_thresholds(run_a: dict, run_b: dict, flags: dict | None) -> dict[str
                 f"unknown threshold metric {k!r}; known: {', '.join(sorted(METRICS))}"
             )
     return out
+
+
+def explicit_gates(flags: dict | None) -> set[str]:
+    """Threshold keys a flag set (normalised): those percentiles gate even when runs pair."""
+    return {_metric_name(k) for k, v in (flags or {}).items() if v is not None}
+
+
+def _is_explicit(explicit: set[str], scope: str, metric: str) -> bool:
+    if scope == "overall":
+        return metric in explicit or f"overall.{metric}" in explicit
+    cls = scope.split(":", 1)[1] if scope.startswith("class:") else None
+    return metric in explicit or (cls is not None and f"{cls}.{metric}" in explicit)
 
 
 def _threshold_for(thresholds: dict[str, float], scope: str, metric: str) -> float | None:
@@ -586,6 +630,45 @@ def _paired_requests(sc: _Scope, lat: str) -> set[tuple[str, int]] | None:
     return keys[0] & keys[1]
 
 
+def _shift_metric(scope_name: str, sc: _Scope, name: str, Wa: np.ndarray) -> MetricDiff:
+    """Paired per-request shift: median over paired requests of log(B/A), cluster bootstrap.
+
+    Only sessions in both runs carry paired requests, and those are the first
+    `n_common` clusters of both index spaces, where A's and B's bootstrap
+    weights are the same draw, so A's weights resample the pairs jointly.
+    a / b are the medians of each side over the same paired requests.
+    """
+    d = METRICS[name]
+    lat = name.split("_")[0]
+    m = MetricDiff(scope_name, name, d.unit, d.change, None, None, 0, 0)
+    m.paired_share, m.higher_is_worse = sc.pair_share, d.higher_is_worse
+    if not sc.n_common:
+        return m
+    vals: list[dict[tuple[str, int], float]] = [{}, {}]
+    for side in (0, 1):
+        for r in sc.reqs[side]:
+            v = _latency(r, lat)
+            if v is not None and v > 0:
+                vals[side][_req_key(r)] = v
+    keys = sorted(set(vals[0]) & set(vals[1]))
+    m.n_a = m.n_b = len(keys)
+    if not keys:
+        return m
+    va = np.asarray([vals[0][k] for k in keys])
+    vb = np.asarray([vals[1][k] for k in keys])
+    m.a = _quantile_sorted(np.sort(va), 0.5)
+    m.b = _quantile_sorted(np.sort(vb), 0.5)
+    if len(keys) < MIN_SAMPLES:
+        return m
+    lr = np.log(vb) - np.log(va)
+    med = _quantile_sorted(np.sort(lr), 0.5)
+    m.change = math.expm1(med)
+    cl = np.asarray([sc.idx_a[k[0]] for k in keys], dtype=np.int64)
+    boot = _boot_quantiles(lr, cl, Wa, [0.5])[0]
+    m.se = 0.0 if np.nanmax(np.abs(boot - med), initial=0) == 0 else _robust_se(boot)
+    return m
+
+
 def _min_n(q: float) -> int:
     return max(MIN_SAMPLES, math.ceil(5 / (1 - q)))
 
@@ -641,6 +724,9 @@ def _scope_metrics(
                 lr = np.log(bb[j]) - np.log(ba[j])
                 m.se = _robust_se(lr)
             out.append(m)
+    for n in names:
+        if METRICS[n].kind == "shift":
+            out.append(_shift_metric(scope_name, sc, n, Wa))
     for n in names:
         d = METRICS[n]
         if d.kind in ("ratio", "mean"):
@@ -930,6 +1016,7 @@ def compare_runs(
     if not 0.5 < confidence < 1:
         raise CompareError(f"confidence must be in (0.5, 1), got {confidence}")
     th = resolve_thresholds(a.run, b.run, thresholds)
+    explicit = explicit_gates(thresholds)
     warnings: list[str] = []
     paired = True
     ka, kb = _traffic_key(a.run), _traffic_key(b.run)
@@ -974,6 +1061,16 @@ def compare_runs(
         if t is not None:
             m.threshold = t / 100.0  # per-step rows use it for the T/2 floor but do not gate
             m.gated = not step
+    by_key = {(m.scope, m.metric): m for m in metrics}
+    for m in metrics:
+        if m.gated and METRICS[m.metric].kind == "shift" and not m.paired_share:
+            m.gated, m.note = False, "runs do not pair: the percentiles gate"
+    for m in metrics:
+        if not m.gated or METRICS[m.metric].kind != "quantile":
+            continue
+        shift = by_key.get((m.scope, m.metric.split("_")[0] + "_shift"))
+        if shift is not None and shift.gated and not _is_explicit(explicit, m.scope, m.metric):
+            m.gated, m.note = False, f"not gated; {shift.metric} gates"
     _drop_duplicate_gates(metrics)
     alpha = 1.0 - confidence
     # Tarone: only gated metrics that can vary count towards the Bonferroni divisor.
@@ -982,7 +1079,7 @@ def compare_runs(
     z_gated = float(_sps.norm.ppf(1 - alpha / (2 * k)))
     z_plain = float(_sps.norm.ppf(1 - alpha / 2))
     for m in metrics:
-        _judge(m, z_gated if m.gated or m.same_as else z_plain)
+        _judge(m, z_gated if m.gated or m.same_as or m.note else z_plain)
     gated = [m for m in metrics if m.gated]
     if any(m.verdict == VERDICT_WORSE for m in gated):
         verdict = VERDICT_WORSE
@@ -1007,8 +1104,33 @@ def compare_runs(
     }
     return Comparison(
         a, b, metrics, fingerprint_diff(a.run, b.run), ek, server, spec, warnings,
-        confidence, n_boot, th, k, verdict,
+        confidence, n_boot, th, k, verdict, _gating_sentence(metrics),
     )  # fmt: skip
+
+
+def _gating_sentence(metrics: list[MetricDiff]) -> str:
+    """One sentence for the verdict box: which latency metrics gate, and why."""
+    gated = [m for m in metrics if m.gated]
+    shifts = sorted({m.metric for m in gated if METRICS[m.metric].kind == "shift"})
+    pcts = sorted({m.metric for m in gated if METRICS[m.metric].kind == "quantile"})
+    if shifts:
+        s = (
+            f"Latency gates on the paired shift ({', '.join(shifts)}: median over the requests "
+            "both runs served of B/A), which a slowdown of every request moves but a few "
+            "requests changing places in the tail does not; percentile rows are shown"
+        )
+        s += (
+            f", and {', '.join(pcts)} also gate because a threshold flag names them."
+            if pcts
+            else " but do not gate (name one to gate it, e.g. --threshold ttft_p95=10)."
+        )
+        return s
+    if pcts:
+        return (
+            f"The runs do not pair (different seed or profile), so latency gates on the "
+            f"percentiles ({', '.join(pcts)})."
+        )
+    return "No latency metric gates."
 
 
 # --------------------------------------------------------------------------- rendering
@@ -1071,6 +1193,8 @@ def _render_text(c: Comparison) -> str:
     lines.append(
         f"Gated metrics ({c.gated_count} counted; intervals {100 * c.confidence:g} % family-wise, paired by session):"
     )
+    if c.gating:
+        lines.append(f"  {c.gating}")
     lines += [
         "  " + ln
         for ln in _table(
@@ -1101,7 +1225,14 @@ def _render_text(c: Comparison) -> str:
         for ln in _table(
             hdr[:-2] + ["verdict"],
             [
-                [m.scope, m.metric, fmt_value(m, m.a), fmt_value(m, m.b), fmt_change(m), m.verdict]
+                [
+                    m.scope,
+                    m.metric,
+                    fmt_value(m, m.a),
+                    fmt_value(m, m.b),
+                    fmt_change(m),
+                    m.verdict + (f" ({m.note})" if m.note else ""),
+                ]
                 for m in detail
             ],
         )

@@ -638,6 +638,7 @@ def write_compare_report(comparison: Comparison, out: Path) -> Path:
                 "exit_code": c.exit_code,
                 "confidence": f"{100 * c.confidence:g} %",
                 "gated_count": c.gated_count,
+                "gating": c.gating,
                 "n_boot": c.n_boot,
                 "header_a": _run_header(c.run_a),
                 "header_b": _run_header(c.run_b),
