@@ -267,9 +267,11 @@ def test_uniform_ten_percent_ttft_shift_is_worse_via_ttft_shift(tmp_path, base):
     assert row.change == pytest.approx(0.10, abs=0.02) and row.ci[0] > 0
     assert cmp.verdict == VERDICT_WORSE and cmp.exit_code == 3
     assert not _row(cmp, "overall", "ttft_p95").gated
-    # ITL and E2E shifts are gated too; ITL did not change
-    assert _row(cmp, "overall", "itl_shift").gated
-    assert _row(cmp, "overall", "itl_shift").verdict == VERDICT_SAME
+    # E2E shift gates too; the ITL shift (unchanged here) is shown, gated only when named
+    assert _row(cmp, "overall", "e2e_shift").gated
+    itl = _row(cmp, "overall", "itl_shift")
+    assert not itl.gated and itl.note and itl.verdict == VERDICT_SAME
+    assert _row(compare_runs(base, b, {"itl_shift": 10}), "overall", "itl_shift").gated
     assert "paired shift" in cmp.gating and "ttft_shift" in cmp.render_text()
 
 
@@ -311,7 +313,7 @@ def test_tail_only_blowup_gates_when_p95_is_named(tmp_path, base, capsys):
     p95 = _row(cmp, "overall", "ttft_p95")
     assert p95.gated and p95.note is None and p95.verdict == VERDICT_WORSE
     assert cmp.verdict == VERDICT_WORSE
-    assert "ttft_p95 also gate" in cmp.gating
+    assert "ttft_p95 gate because a threshold flag names them" in cmp.gating
     assert main_compare([str(base), str(b), "--threshold", "ttft_p95=10"]) == 3
     html = tmp_path / "c.html"
     assert main_compare([str(base), str(b), "--html", str(html)]) == 0
@@ -340,3 +342,20 @@ def test_profile_ttft_p95_threshold_reaches_the_shift(tmp_path):
     assert cmp.thresholds["ttft_shift"] == 50.0
     assert _row(cmp, "overall", "ttft_shift").verdict == VERDICT_SAME  # +20 % < 50 % / 2
     assert compare_runs(a, b, {"ttft_shift": 10}).verdict == VERDICT_WORSE
+
+
+def test_throughput_and_cached_ratio_gate_only_when_named_or_unpaired(tmp_path, base):
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2)
+    cmp = compare_runs(base, b)
+    for metric in ("output_throughput", "cached_ratio", "itl_shift"):
+        row = _row(cmp, "overall", metric)
+        assert not row.gated and row.threshold is not None and row.verdict != "insufficient data"
+        assert metric in cmp.gating
+    for metric in ("completed_sessions", "session_success_ratio", "error_ratio", "e2e_shift"):
+        assert _row(cmp, "overall", metric).gated
+    named = compare_runs(base, b, {"throughput": 5, "cached_ratio": 5})
+    assert _row(named, "overall", "output_throughput").gated
+    assert _row(named, "overall", "cached_ratio").gated
+    unpaired = compare_runs(base, write_run(tmp_path / "c", classes=_classes(), seed=43))
+    assert _row(unpaired, "overall", "output_throughput").gated
+    assert _row(unpaired, "overall", "itl_p95").gated

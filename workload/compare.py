@@ -98,6 +98,14 @@ _PROFILE_NAMES = {
     "cached_ratio_pp": "cached_ratio",
 }
 
+# With paired runs these are shown (with threshold and verdict) but gate only when a
+# --threshold flag names them: between two instances of the same server on the same
+# traffic they differ by more than any within-run interval allows (docs/canary.md
+# "Verdict quality": per-request ITL shifts of ~10 %, throughput -23 % / -42 % and
+# cached-ratio drops when one instance falls into a KV preemption cascade). Unpaired
+# runs gate them as before.
+PAIRED_REPORT_ONLY = frozenset({"itl_shift", "output_throughput", "cached_ratio"})
+
 # A profile's percentile threshold also sets the paired shift's (the shift is what gates
 # when runs pair, so a profile's "10 % TTFT" must reach it).
 _SHIFT_OF = {f"{lat}_p95": f"{lat}_shift" for lat in ("ttft", "itl", "e2e")}
@@ -1066,11 +1074,17 @@ def compare_runs(
         if m.gated and METRICS[m.metric].kind == "shift" and not m.paired_share:
             m.gated, m.note = False, "runs do not pair: the percentiles gate"
     for m in metrics:
-        if not m.gated or METRICS[m.metric].kind != "quantile":
+        # Paired data: percentiles, and the metrics that two instances of the same server
+        # disagree on, are shown but gate only when a flag names them.
+        if not m.gated or not m.paired_share or _is_explicit(explicit, m.scope, m.metric):
             continue
-        shift = by_key.get((m.scope, m.metric.split("_")[0] + "_shift"))
-        if shift is not None and shift.gated and not _is_explicit(explicit, m.scope, m.metric):
-            m.gated, m.note = False, f"not gated; {shift.metric} gates"
+        if METRICS[m.metric].kind == "quantile":
+            shift = by_key.get((m.scope, m.metric.split("_")[0] + "_shift"))
+            if shift is not None and shift.paired_share:
+                why = f"{shift.metric} gates" if shift.gated else "name it to gate"
+                m.gated, m.note = False, f"not gated; {why}"
+        elif m.metric in PAIRED_REPORT_ONLY:
+            m.gated, m.note = False, "not gated by default; name it to gate"
     _drop_duplicate_gates(metrics)
     alpha = 1.0 - confidence
     # Tarone: only gated metrics that can vary count towards the Bonferroni divisor.
@@ -1113,18 +1127,22 @@ def _gating_sentence(metrics: list[MetricDiff]) -> str:
     gated = [m for m in metrics if m.gated]
     shifts = sorted({m.metric for m in gated if METRICS[m.metric].kind == "shift"})
     pcts = sorted({m.metric for m in gated if METRICS[m.metric].kind == "quantile"})
+    shown = sorted({m.metric for m in metrics if m.note and m.note.startswith("not gated")})
     if shifts:
         s = (
             f"Latency gates on the paired shift ({', '.join(shifts)}: median over the requests "
             "both runs served of B/A), which a slowdown of every request moves but a few "
-            "requests changing places in the tail does not; percentile rows are shown"
+            "requests changing places in the tail does not"
         )
-        s += (
-            f", and {', '.join(pcts)} also gate because a threshold flag names them."
-            if pcts
-            else " but do not gate (name one to gate it, e.g. --threshold ttft_p95=10)."
-        )
-        return s
+        if shown:
+            s += (
+                f"; {', '.join(shown)} are shown but do not gate, because two instances of the "
+                "same server differ on them by more than their intervals (name one to gate it, "
+                "e.g. --threshold ttft_p95=10)"
+            )
+        if pcts:
+            s += f"; {', '.join(pcts)} gate because a threshold flag names them"
+        return s + "."
     if pcts:
         return (
             f"The runs do not pair (different seed or profile), so latency gates on the "
