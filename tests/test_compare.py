@@ -97,6 +97,10 @@ def test_failed_sessions_are_worse(tmp_path, base):
 def test_fewer_completed_sessions_are_worse(tmp_path, base):
     b = write_run(tmp_path / "b", classes=_classes(), noise_seed=2, session_share=0.5)
     cmp = compare_runs(base, b)
+    row = _row(cmp, "overall", "completed_sessions")
+    # paired runs: shown as worse, gated only when named (instances of one server differ)
+    assert row.verdict == VERDICT_WORSE and not row.gated and cmp.exit_code == 0
+    cmp = compare_runs(base, b, {"completed_sessions": 10})
     assert _row(cmp, "overall", "completed_sessions").verdict == VERDICT_WORSE
     assert cmp.exit_code == 3
 
@@ -204,7 +208,7 @@ def test_counts_below_min_samples_are_not_judged(tmp_path):
     few = {"interactive": ClassSpec(sessions=12, steps=4)}
     a = write_run(tmp_path / "a", classes=few)
     b = write_run(tmp_path / "b", classes=few, noise_seed=2, session_share=0.5)
-    cmp = compare_runs(a, b)
+    cmp = compare_runs(a, b, {"completed_sessions": 10})
     row = _row(cmp, "overall", "completed_sessions")
     assert row.gated and row.verdict == "insufficient data" and row.se is None
     # so it does not widen the other gated intervals either
@@ -351,7 +355,8 @@ def test_throughput_and_cached_ratio_gate_only_when_named_or_unpaired(tmp_path, 
         row = _row(cmp, "overall", metric)
         assert not row.gated and row.threshold is not None and row.verdict != "insufficient data"
         assert metric in cmp.gating
-    for metric in ("completed_sessions", "session_success_ratio", "error_ratio", "e2e_shift"):
+    assert not _row(cmp, "overall", "completed_sessions").gated
+    for metric in ("session_success_ratio", "error_ratio", "e2e_shift"):
         assert _row(cmp, "overall", metric).gated
     named = compare_runs(base, b, {"throughput": 5, "cached_ratio": 5})
     assert _row(named, "overall", "output_throughput").gated
