@@ -23,7 +23,10 @@ def traffic(run: Path) -> set[tuple]:
 
 def test_two_workers_equal_one_worker(tmp_path: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
-    args = ("--scrape-interval", "1")
+    # Long user turns on a short-context server: the planner must clip/compact the same way
+    # in every worker as in one process (workers get the master's max_model_len).
+    args = ("--scrape-interval", "1", "--set", "classes.chat.user_turn=700",
+            "--sim-set", "max_model_len=2200")  # fmt: skip
     p1 = quick_run(one, *args, "--workers", "1", users=4, sessions=2)
     assert p1.returncode == 0, p1.stdout + p1.stderr
     p2 = quick_run(two, *args, "--workers", "2", users=4, sessions=2)

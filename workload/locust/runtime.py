@@ -99,7 +99,11 @@ class AgentRuntime:
             self.seed = int(self.profile.seed)
         api_key = os.environ.get(self.opts.api_key_env or "OPENAI_API_KEY") or None
         model = self.opts.model or ""
-        max_model_len = None
+        # Workers plan with the master's view of the target (sent with the spawn message),
+        # so every worker clips prompts exactly as one process would.
+        max_model_len = (
+            getattr(self.opts, "agent_max_model_len", None) if self.role == "worker" else None
+        )
         if self.role != "worker" or not model:
             facts = probe_target(host, api_key, model or None)
             model = facts["model"]
@@ -138,6 +142,7 @@ class AgentRuntime:
         ]
         # Workers receive the master's parsed options with each spawn message.
         self.opts.model = model
+        self.opts.agent_max_model_len = max_model_len
         self.client = Client(
             host,
             api_key=api_key,
