@@ -11,7 +11,8 @@ traffic seed, so trials are independent draws.
     python bench/bench_verdict.py --reanalyze bench-out/verdict-...      # re-judge kept runs
 
 Prints: A/A "no detectable change" rate, detection rate (overall verdict worse
-and ttft_p95 worse in some scope), each with a Wilson 95 % interval; the
+and a gated TTFT metric worse: ttft_shift when the runs pair), each with a
+Wilson 95 % interval; per-metric flag counts; the
 observed spread of the TTFT-p95 change (its standard error), and the run
 length that spread predicts is needed for 90 % detection of a true 10 %
 (SE shrinks like 1/sqrt(run length)). Figures go to docs/canary.md.
@@ -103,34 +104,6 @@ def trial(out: Path, kind: str, i: int, args: argparse.Namespace) -> dict:
     return {"kind": kind, "i": i, "exit": code, "wall_s": time.time() - t0, **judge(out)}
 
 
-def paired_shift(out: Path, other: str, n_boot: int = 400) -> dict:
-    """Candidate statistic, not (yet) in compare: the median over paired requests of
-    log(TTFT_B / TTFT_A), with a session-cluster bootstrap SE. Robust to a few
-    requests changing places in the tail, which is what moves TTFT p95 between two
-    instances of the same server."""
-    import numpy as np
-
-    def load(p: Path) -> dict:
-        rows = [json.loads(line) for line in (p / "requests.jsonl").read_text().splitlines()]
-        return {(r["session_id"], r.get("step")): r["ttft_ms"] for r in rows if r.get("ttft_ms")}
-
-    a, b = load(out / "baseline"), load(out / other)
-    keys = sorted(set(a) & set(b))
-    if len(keys) < 20:
-        return {"change": None, "se": None, "n": len(keys)}
-    lr = np.log([b[k] / a[k] for k in keys])
-    _, inv = np.unique([k[0] for k in keys], return_inverse=True)
-    n_s = inv.max() + 1
-    order = np.argsort(lr)
-    rng = np.random.default_rng(0)
-    boots = []
-    for _ in range(n_boot):
-        w = np.bincount(rng.integers(0, n_s, n_s), minlength=n_s)[inv][order]
-        cw = np.cumsum(w)
-        boots.append(lr[order][np.searchsorted(cw, cw[-1] / 2)])
-    return {"change": float(np.expm1(np.median(lr))), "se": float(np.std(boots)), "n": len(keys)}
-
-
 def judge(out: Path, other: str = "candidate") -> dict:
     """Re-compare a kept trial directory (so rules can be re-evaluated without rerunning)."""
     cmp = compare_runs(out / "baseline", out / other)
@@ -138,6 +111,7 @@ def judge(out: Path, other: str = "candidate") -> dict:
     ttft = {
         s: rows[(s, "ttft_p95")] for s, m in rows if m == "ttft_p95" and not s.startswith("step:")
     }
+    shift = rows.get(("overall", "ttft_shift"))
     return {
         "verdict": cmp.verdict,
         "gated": cmp.gated_count,
@@ -150,7 +124,11 @@ def judge(out: Path, other: str = "candidate") -> dict:
             s: {"change": m.change, "se": m.se, "verdict": m.verdict} for s, m in ttft.items()
         },
         "duration_s": cmp.run_a.duration_s,
-        "ttft_shift": paired_shift(out, other),
+        "ttft_shift": (
+            {"change": shift.change, "se": shift.se, "verdict": shift.verdict, "gated": shift.gated}
+            if shift is not None
+            else None
+        ),
     }
 
 
@@ -170,12 +148,12 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
     if rg:
         k = sum(
             r["verdict"] == VERDICT_WORSE
-            and any(v["verdict"] == VERDICT_WORSE for v in r["ttft_p95"].values())
+            and any(f.endswith((" ttft_shift worse", " ttft_p95 worse")) for f in r["flags"])
             for r in rg
         )
         lo, hi = wilson(k, len(rg))
         lines.append(
-            f"regression: flagged worse on ttft_p95 {k}/{len(rg)} = {k / len(rg):.0%} (Wilson 95 % {lo:.0%}-{hi:.0%})"
+            f"regression: flagged worse on a gated TTFT metric {k}/{len(rg)} = {k / len(rg):.0%} (Wilson 95 % {lo:.0%}-{hi:.0%})"
         )
         k = sum(r["verdict"] == VERDICT_WORSE for r in rg)
         lo, hi = wilson(k, len(rg))
@@ -189,36 +167,57 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
                 + (f"; {', '.join(r['flags'])}" if r["flags"] else "")
             )
 
-    # Offline candidate rule on the paired TTFT shift: same rule as compare (interval
-    # above 0 at the Bonferroni z of the run's gated metrics + 1, change >= T/2).
-    def shift_verdict(r: dict) -> str:
-        sh = r.get("ttft_shift") or {}
-        if sh.get("change") is None or not sh.get("se"):
-            return "insufficient data"
-        zk = float(sps.norm.ppf(1 - 0.05 / (2 * (int(r.get("gated") or 1) + 1))))
-        lc = math.log1p(sh["change"])
-        if lc - zk * sh["se"] > 0 and sh["change"] >= threshold / 2:
-            return VERDICT_WORSE
-        if lc + zk * sh["se"] < 0 and sh["change"] <= -threshold / 2:
-            return "better"
-        return VERDICT_SAME
-
-    for kind, rs, want in (("aa", aa, VERDICT_SAME), ("regression", rg, VERDICT_WORSE)):
-        vs = [shift_verdict(r) for r in rs if "ttft_shift" in r]
-        if vs:
-            k = sum(v == want for v in vs)
-            lo, hi = wilson(k, len(vs))
-            ch = [
-                r["ttft_shift"]["change"]
-                for r in rs
-                if (r.get("ttft_shift") or {}).get("change") is not None
-            ]
-            se = [r["ttft_shift"]["se"] for r in rs if (r.get("ttft_shift") or {}).get("se")]
+    # The gated latency statistic: the paired TTFT shift (compare's ttft_shift row).
+    for kind, rs in (("aa", aa), ("regression", rg)):
+        sh = [r["ttft_shift"] for r in rs if r.get("ttft_shift")]
+        if sh:
+            want = VERDICT_WORSE if kind == "regression" else VERDICT_SAME
+            k = sum(x["verdict"] == want for x in sh)
+            lo, hi = wilson(k, len(sh))
+            ch = [x["change"] for x in sh if x["change"] is not None]
+            se = [x["se"] for x in sh if x["se"]]
             lines.append(
-                f"candidate rule, paired TTFT shift (median per-request log ratio), {kind}: "
-                f"'{want}' {k}/{len(vs)} = {k / len(vs):.0%} (Wilson 95 % {lo:.0%}-{hi:.0%}); "
-                f"change {min(ch):+.1%}..{max(ch):+.1%}, se median {statistics.median(se):.1%}"
+                f"{kind}: overall ttft_shift '{want}' {k}/{len(sh)} = {k / len(sh):.0%} "
+                f"(Wilson 95 % {lo:.0%}-{hi:.0%})"
+                + (f"; change {min(ch):+.1%}..{max(ch):+.1%}" if ch else "")
+                + (f", se median {statistics.median(se):.1%}" if se else "")
             )
+        if kind == "aa":
+            # Calibration: between-instance spread vs the within-run bootstrap SE.
+            z = [
+                math.log1p(x["change"]) / x["se"] for x in sh if x["change"] is not None and x["se"]
+            ]
+            if len(z) >= 2:
+                lines.append(
+                    f"  aa ttft_shift z-scores: median |z| {statistics.median(abs(x) for x in z):.2f}, "
+                    f"|z| > 3 in {sum(abs(x) > 3 for x in z)}/{len(z)}; |change| max "
+                    f"{max(abs(x['change']) for x in sh if x['change'] is not None):.1%} "
+                    "(the T/2 floor, 5 %, is what keeps those from being flagged)"
+                )
+        # which metrics (gated or shown) flip, across trials
+        counts: dict[str, int] = {}
+        for r in rs:
+            for f in r["flags"]:
+                counts[f] = counts.get(f, 0) + 1
+        if counts:
+            lines.append(
+                f"  {kind} gated flags over {len(rs)} trials: "
+                + ", ".join(f"{f} x{n}" for f, n in sorted(counts.items()))
+            )
+        if kind == "regression":
+            k = sum(any(v["verdict"] == VERDICT_WORSE for v in r["ttft_p95"].values()) for r in rs)
+            lines.append(
+                f"  regression: ttft_p95 row worse (shown, gated only on request) {k}/{len(rs)}"
+            )
+        else:
+            k = sum(
+                any(
+                    v["verdict"] not in (VERDICT_SAME, "insufficient data")
+                    for v in r["ttft_p95"].values()
+                )
+                for r in rs
+            )
+            lines.append(f"  aa: ttft_p95 row not 'no detectable change' (shown) {k}/{len(rs)}")
     scopes = sorted({s for r in results for s in r["ttft_p95"]})
     for s in scopes:
         for kind, rs in (("aa", aa), ("regression", rg)):
@@ -261,6 +260,14 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
         lines.append(
             f"gated metrics counted (median) {kk}: z = {zk:.2f}; 90 % detection of a true {threshold:.0%} needs se <= {need:.2%}"
         )
+        sse = [r["ttft_shift"]["se"] for r in results if (r.get("ttft_shift") or {}).get("se")]
+        dur = [r["duration_s"] for r in results if r.get("duration_s")]
+        if sse and dur:
+            m, d = statistics.median(sse), statistics.median(dur)
+            lines.append(
+                f"  overall ttft_shift: median se {m:.2%} at {d:.0f} s -> about "
+                f"{d * (m / need) ** 2:.0f} s of run needed"
+            )
         for s in scopes:
             se = [
                 r["ttft_p95"][s]["se"]
