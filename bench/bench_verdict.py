@@ -192,7 +192,7 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
                     f"  aa ttft_shift z-scores: median |z| {statistics.median(abs(x) for x in z):.2f}, "
                     f"|z| > 3 in {sum(abs(x) > 3 for x in z)}/{len(z)}; |change| max "
                     f"{max(abs(x['change']) for x in sh if x['change'] is not None):.1%} "
-                    "(the T/2 floor, 5 %, is what keeps those from being flagged)"
+                    "(a change below T/2 = 5 % is never flagged)"
                 )
         # which metrics (gated or shown) flip, across trials
         counts: dict[str, int] = {}
