@@ -356,6 +356,8 @@ def test_throughput_and_cached_ratio_gate_only_when_named_or_unpaired(tmp_path, 
         assert not row.gated and row.threshold is not None and row.verdict != "insufficient data"
         assert metric in cmp.gating
     assert not _row(cmp, "overall", "completed_sessions").gated
+    assert _row(cmp, "overall", "itl_p95").note == "not gated; name it to gate"
+    assert _row(cmp, "overall", "ttft_p95").note == "not gated; ttft_shift gates"
     for metric in ("session_success_ratio", "error_ratio", "e2e_shift"):
         assert _row(cmp, "overall", metric).gated
     named = compare_runs(base, b, {"throughput": 5, "cached_ratio": 5})

@@ -1076,18 +1076,23 @@ def compare_runs(
     for m in metrics:
         if m.gated and METRICS[m.metric].kind == "shift" and not m.paired_share:
             m.gated, m.note = False, "runs do not pair: the percentiles gate"
-    for m in metrics:
-        # Paired data: percentiles, and the metrics that two instances of the same server
-        # disagree on, are shown but gate only when a flag names them.
-        if not m.gated or not m.paired_share or _is_explicit(explicit, m.scope, m.metric):
-            continue
+    # Paired data: percentiles, and the metrics that two instances of the same server
+    # disagree on, are shown but gate only when a flag names them (report-only set first,
+    # so a percentile's note knows whether its shift gates).
+    demote = [
+        m
+        for m in metrics
+        if m.gated and m.paired_share and not _is_explicit(explicit, m.scope, m.metric)
+    ]
+    for m in demote:
+        if m.metric in PAIRED_REPORT_ONLY:
+            m.gated, m.note = False, "not gated by default; name it to gate"
+    for m in demote:
         if METRICS[m.metric].kind == "quantile":
             shift = by_key.get((m.scope, m.metric.split("_")[0] + "_shift"))
             if shift is not None and shift.paired_share:
                 why = f"{shift.metric} gates" if shift.gated else "name it to gate"
                 m.gated, m.note = False, f"not gated; {why}"
-        elif m.metric in PAIRED_REPORT_ONLY:
-            m.gated, m.note = False, "not gated by default; name it to gate"
     _drop_duplicate_gates(metrics)
     alpha = 1.0 - confidence
     # Tarone: only gated metrics that can vary count towards the Bonferroni divisor.
