@@ -24,7 +24,10 @@ Method (README "Canary", docs/canary.md):
   (p50/p95/p99) are shown with their intervals and verdicts but do not gate
   unless a flag names them (`--threshold ttft_p95=10`); when the runs do not
   pair (different seed or profile) there is no shift, and the percentiles with
-  a threshold gate as before.
+  a threshold gate as before. With paired runs, `itl_shift`,
+  `output_throughput`, `cached_ratio` and `completed_sessions` are likewise
+  shown but gate only when named (PAIRED_REPORT_ONLY: two instances of the same
+  server differ on them by more than their within-run intervals).
 * Changes: relative (B/A − 1) for percentiles, counts and acceptance length,
   computed on the log scale; absolute (percentage points) for ratios. The
   interval is the normal interval from the bootstrap standard error.
