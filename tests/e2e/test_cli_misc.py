@@ -94,3 +94,25 @@ def test_plain_locust_headless(tmp_path: Path) -> None:
     assert run["seed"] == 4 and run["profile_name"] == "e2e_chat"
     assert len(read_records(out, "requests")) == 2 * 3
     assert (out / "report.html").exists()
+
+
+def test_own_locustfile_around_agentload_sessions(tmp_path: Path) -> None:
+    """A team's locustfile: subclass AgentUser, register the events; sessions and artifacts work."""
+    lf = tmp_path / "team_locustfile.py"
+    lf.write_text(
+        "from locust import events\n"
+        "import workload.locust as agentload\n\n"
+        "agentload.register(events)\n\n\n"
+        "class TeamAgents(agentload.AgentUser):\n"
+        "    pass\n"
+    )
+    out = tmp_path / "team"
+    with SimProcess("fast") as sim:
+        p = subprocess.run(
+            [sys.executable, "-m", "locust", "-f", str(lf), "--headless", "--host", sim.url,
+             "-u", "2", "-r", "2", "-t", "20s", "--agent-profile", CHAT_PROFILE,
+             "--sessions-per-user", "1", "--out", str(out)],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = read_records(out, "requests")
+    assert len(rows) == 2 * 3 and all(r["status"] == "ok" for r in rows)
