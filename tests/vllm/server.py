@@ -70,7 +70,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@dataclass
 class ServerHttp:
     """Small helpers for tests that talk to a server directly (needs ``base_url``)."""
 
@@ -93,6 +92,7 @@ class ServerHttp:
         return self.get("/metrics").decode()
 
 
+@dataclass
 class VllmServer(ServerHttp):
     """One real vLLM OpenAI-compatible server process group on 127.0.0.1."""
 
