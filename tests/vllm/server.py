@@ -70,6 +70,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# One tool schema both the real-server and the fidelity tests offer.
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    }
+]
+
+
 class ServerHttp:
     """Small helpers for tests that talk to a server directly (needs ``base_url``)."""
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.vllm.conftest import delta, scrape
+from tests.vllm.server import TOOLS
 from workload.client import Client, PreparedRequest
 from workload.stats import SpecDecodeStats
 
@@ -21,20 +22,6 @@ pytestmark = pytest.mark.vllm
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 # Repetitive text at temperature 0: the n-gram proposer finds matches.
 REPEAT = "the agent reads the file and the agent runs the tests. " * 12
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}},
-                "required": ["path"],
-            },
-        },
-    }
-]
 
 
 def prepared(

@@ -21,25 +21,12 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.vllm.conftest import agentload, read_jsonl
+from tests.vllm.server import TOOLS
 from tests.vllm.wire_shape import diff, shape, stream_diff, stream_shapes
 from workload.sim.launcher import SimProcess
 
 pytestmark = pytest.mark.vllm
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}},
-                "required": ["path"],
-            },
-        },
-    }
-]
 REPEAT = "the agent reads the file and the agent runs the tests. " * 10
 STREAM = {"stream": True, "stream_options": {"include_usage": True}}
 
