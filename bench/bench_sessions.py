@@ -15,11 +15,11 @@ import resource
 import statistics
 import time
 
-from workload.profile import list_profiles, load_profile, validate_profile
-from workload.prompts import synth_for
-from workload.records import RequestRecord
-from workload.sessions import SessionPlanner
-from workload.tokens import get_tokenizer
+from workload.plan.profile import list_profiles, load_profile, validate_profile
+from workload.plan.prompts import synth_for
+from workload.measure.records import RequestRecord
+from workload.plan.sessions import SessionPlanner
+from workload.plan.tokens import get_tokenizer
 
 
 def rss_mib() -> float:

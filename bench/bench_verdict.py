@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scipy import stats as sps  # noqa: E402
 
-from workload.canary import run_canary  # noqa: E402
-from workload.compare import VERDICT_SAME, VERDICT_WORSE, compare_runs  # noqa: E402
+from workload.run.canary import run_canary  # noqa: E402
+from workload.analyze.compare import VERDICT_SAME, VERDICT_WORSE, compare_runs  # noqa: E402
 from workload.sim.launcher import SimProcess  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
     seeded traffic. baseline vs twin is the A/A trial, baseline vs candidate the
     regression trial: both are measured the same way, under the same host load.
     """
-    from workload.canary import _launch, _run_sides, run_command, traffic_plan
+    from workload.run.canary import _launch, _run_sides, run_command, traffic_plan
 
     run_args = ["--profile", args.profile, "--seed", str(args.seed + i), *args.run_arg]
     if args.duration:

@@ -195,7 +195,7 @@ CODE_LINES = [
 def lorem_words() -> list[str]:
     """faker's en_US lorem words: agentload's token-exact prompts are built from them.
 
-    workload.prompts needs at least 100 of these to be single tokens (with a
+    workload.plan.prompts needs at least 100 of these to be single tokens (with a
     leading space) under the server's tokenizer for `--tokenizer server`; the
     corpus below makes nearly all of them single tokens.
     """

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from workload.artifacts import JsonlWriter, write_json
-from workload.records import RequestRecord, SessionRecord
+from workload.measure.artifacts import JsonlWriter, write_json
+from workload.measure.records import RequestRecord, SessionRecord
 
 
 @dataclass
@@ -154,7 +154,7 @@ def write_run(path: Path, spec: RunSpec | None = None, **overrides: Any) -> Path
             mw.write(
                 {
                     "t": t0 + 5 * k,
-                    # workload.server.MetricsScraper sample shape
+                    # workload.observe.server.MetricsScraper sample shape
                     "values": {
                         "gauges": {
                             "vllm:kv_cache_usage_perc": 0.3 + 0.4 * k / (spec.duration_s / 5),

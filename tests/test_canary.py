@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.builders import ClassSpec, write_run
-from workload.canary import CanaryError, main_canary, run_canary, run_command
+from workload.run.canary import CanaryError, main_canary, run_canary, run_command
 
 BASE, CAND = "http://127.0.0.1:18001", "http://127.0.0.1:18002"
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from gevent import GreenletExit
 
-from workload.client import (
+from workload.measure.client import (
     Client,
     PreparedRequest,
     TransportError,

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from tests.builders import ClassSpec, write_run
-from workload.compare import (
+from workload.analyze.compare import (
     VERDICT_BETTER,
     VERDICT_SAME,
     VERDICT_WORSE,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from workload.dist import parse_dist
+from workload.plan.dist import parse_dist
 
 N = 200_000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from workload.payloads import (
+from workload.plan.payloads import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     BodyOptions,

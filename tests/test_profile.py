@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from workload import profile as prof
-from workload.profile import (
+from workload.plan import profile as prof
+from workload.plan.profile import (
     ProfileError,
     list_profiles,
     load_profile,
@@ -43,15 +43,11 @@ def test_default_is_quickstart():
     assert load_profile().name == "quickstart"
 
 
-def test_top_level_profiles_equal_packaged_copies():
-    # One source of truth: the wheel ships workload/builtin_profiles/; profiles/ is a copy.
-    packaged = sorted(p.name for p in (ROOT / "workload/builtin_profiles").glob("*.yaml"))
-    top = sorted(p.name for p in (ROOT / "profiles").glob("*.yaml"))
-    assert packaged == top
-    for name in packaged:
-        a = (ROOT / "workload/builtin_profiles" / name).read_bytes()
-        b = (ROOT / "profiles" / name).read_bytes()
-        assert a == b, f"profiles/{name} differs: cp workload/builtin_profiles/*.yaml profiles/"
+def test_builtin_profiles_are_read_from_the_one_copy_in_profiles():
+    from workload.plan.profile import _builtin_dir
+
+    assert _builtin_dir() == ROOT / "profiles"
+    assert not (ROOT / "workload" / "builtin_profiles").exists()
 
 
 def test_builtins_document_their_numbers():
@@ -193,11 +189,11 @@ def test_validate_profile_dict():
 
 
 def test_docs_reference_is_generated_from_the_models():
-    from workload.profile import REF_BEGIN, REF_END, reference_markdown
+    from workload.plan.profile import REF_BEGIN, REF_END, reference_markdown
 
     text = (ROOT / "README.md").read_text()
     got = text[text.index(REF_BEGIN) + len(REF_BEGIN) : text.index(REF_END)].strip()
     assert got == reference_markdown().strip(), (
-        "README.md's profile reference is stale: python -c \"from workload.profile import write_reference; "
+        "README.md's profile reference is stale: python -c \"from workload.plan.profile import write_reference; "
         "write_reference('README.md')\""
     )

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workload.prompts import PromptSynth, stable_key, synth_for
-from workload.tokens import get_tokenizer
+from workload.plan.prompts import PromptSynth, stable_key, synth_for
+from workload.plan.tokens import get_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_rejects_tokenizer_that_merges(tok):
         def count(self, text):
             return len(self.encode(text))
 
-    from workload.tokens import TokenizerUnavailable
+    from workload.plan.tokens import TokenizerUnavailable
 
     with pytest.raises(TokenizerUnavailable):
         PromptSynth(Merging(), pool_pieces=1000)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.builders import write_run
-from workload.compare import compare_runs
-from workload.report import main_report, write_compare_report, write_run_report
+from workload.analyze.compare import compare_runs
+from workload.report.html import main_report, write_compare_report, write_run_report
 
 EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 

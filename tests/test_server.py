@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from workload.server import (
+from workload.observe.server import (
     CACHE_CONFIG,
     MetricsScraper,
     fingerprint,

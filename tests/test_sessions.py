@@ -7,10 +7,10 @@ import copy
 import orjson
 import pytest
 
-from workload.profile import ProfileError, list_profiles, load_profile, validate_profile
-from workload.records import RequestRecord
-from workload.sessions import SessionPlanner
-from workload.tokens import get_tokenizer
+from workload.plan.profile import ProfileError, list_profiles, load_profile, validate_profile
+from workload.measure.records import RequestRecord
+from workload.plan.sessions import SessionPlanner
+from workload.plan.tokens import get_tokenizer
 
 TOK = get_tokenizer("tiktoken:cl100k_base")
 
@@ -42,7 +42,7 @@ BASE = {
 def make(over=None, *, max_model_len=None, seed=None, model="m"):
     raw = copy.deepcopy(BASE)
     if over:
-        from workload.profile import deep_merge
+        from workload.plan.profile import deep_merge
 
         raw = deep_merge(raw, over)
     return SessionPlanner(

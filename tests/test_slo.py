@@ -2,8 +2,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from workload.records import RequestRecord, SessionRecord
-from workload.slo import (
+from workload.measure.records import RequestRecord, SessionRecord
+from workload.measure.slo import (
     error_ratio,
     evaluate_slos,
     junit_xml,
@@ -11,7 +11,7 @@ from workload.slo import (
     request_meets_slo,
     validate_slos,
 )
-from workload.stats import Aggregate
+from workload.measure.stats import Aggregate
 
 
 def req(**kw) -> RequestRecord:

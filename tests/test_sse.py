@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workload.sse import SSEEvent, SSEParser
+from workload.measure.sse import SSEEvent, SSEParser
 
 
 def parse(*chunks: bytes) -> list[SSEEvent]:

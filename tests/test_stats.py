@@ -7,8 +7,8 @@ from hdrh.histogram import HdrHistogram
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workload.records import RequestRecord, SessionRecord
-from workload.stats import (
+from workload.measure.records import RequestRecord, SessionRecord
+from workload.measure.stats import (
     Aggregate,
     LatencyHistogram,
     _hdr_index,

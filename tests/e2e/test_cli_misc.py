@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cli import CHAT_PROFILE, agentload
-from workload.artifacts import read_records
+from workload.measure.artifacts import read_records
 from workload.sim.launcher import SimProcess
 
 pytestmark = pytest.mark.slow

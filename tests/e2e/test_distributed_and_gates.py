@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cli import quick_run
-from workload.artifacts import read_records
+from workload.measure.artifacts import read_records
 
 pytestmark = pytest.mark.slow
 

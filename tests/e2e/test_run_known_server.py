@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e.cli import CHAT_PROFILE, agentload
 from tests.e2e.known_server import SPEC, KnownServer
-from workload.artifacts import read_records
+from workload.measure.artifacts import read_records
 
 pytestmark = pytest.mark.slow
 

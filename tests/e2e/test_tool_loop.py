@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cli import FIXTURES, agentload
-from workload.artifacts import read_records
+from workload.measure.artifacts import read_records
 
 pytestmark = pytest.mark.slow
 PROFILE = str(FIXTURES / "e2e_tools_actual.yaml")

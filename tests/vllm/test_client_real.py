@@ -1,4 +1,4 @@
-"""workload.client against the real vLLM: what a record holds, and that it adds up with /metrics.
+"""workload.measure.client against the real vLLM: what a record holds, and that it adds up with /metrics.
 
 These drive `Client.exchange` directly (no Locust), so they check the measure
 layer on the engine's own wire format. Timings are not asserted tightly: on a
@@ -14,8 +14,8 @@ import pytest
 
 from tests.vllm.conftest import delta, scrape
 from tests.vllm.server import TOOLS
-from workload.client import Client, PreparedRequest
-from workload.stats import SpecDecodeStats
+from workload.measure.client import Client, PreparedRequest
+from workload.measure.stats import SpecDecodeStats
 
 pytestmark = pytest.mark.vllm
 

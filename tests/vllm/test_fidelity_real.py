@@ -140,7 +140,7 @@ def test_status_and_content_type_match(wire) -> None:
 
 
 def test_fields_agentload_reads_have_the_same_shape(wire) -> None:
-    """What workload.client reads must be where vLLM puts it, in both servers."""
+    """What workload.measure.client reads must be where vLLM puts it, in both servers."""
     for label in ("vllm", "sim"):
         roles = stream_shapes(wire["chat_stream"][label][2])
         assert {"role", "content", "usage", "done"} <= set(roles), (label, sorted(roles))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.vllm.conftest import agentload, delta, read_jsonl, scrape
-from workload.profile import load_profile
+from workload.plan.profile import load_profile
 
 pytestmark = pytest.mark.vllm
 
@@ -212,7 +212,7 @@ def test_fingerprint_in_run_json_has_the_responses_system_fingerprint(
 
 def test_server_tokenizer_run_sends_exact_prompt_sizes(vllm_server, tmp_path: Path) -> None:
     """--tokenizer server: a one-step class with fixed sizes gives one exact prompt size."""
-    from workload.tokens import ServerTokenizer
+    from workload.plan.tokens import ServerTokenizer
 
     sys_n, user_n = 300, 40
     # shrink()'s --set lines come first, so these exact sizes win

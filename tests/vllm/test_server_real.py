@@ -1,4 +1,4 @@
-"""workload.server and workload.tokens against the real vLLM: fingerprint, /metrics, /tokenize."""
+"""workload.observe.server and workload.plan.tokens against the real vLLM: fingerprint, /metrics, /tokenize."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import pytest
 
 from tests.vllm.conftest import scrape
-from workload.client import Client, PreparedRequest
-from workload.server import COUNTERS, GAUGES, HISTOGRAMS, LABELLED, fingerprint, parse_metrics
-from workload.tokens import ServerTokenizer
+from workload.measure.client import Client, PreparedRequest
+from workload.observe.server import COUNTERS, GAUGES, HISTOGRAMS, LABELLED, fingerprint, parse_metrics
+from workload.plan.tokens import ServerTokenizer
 
 pytestmark = pytest.mark.vllm
 
@@ -75,8 +75,8 @@ def test_server_tokenizer_counts_match_usage(vllm_server) -> None:
 
 def test_planner_with_server_tokenizer_gives_exact_prompt_sizes(vllm_server) -> None:
     """`--tokenizer server` calibration: every planned segment is exactly its size on the server."""
-    from workload.profile import load_profile
-    from workload.sessions import SessionPlanner
+    from workload.plan.profile import load_profile
+    from workload.plan.sessions import SessionPlanner
 
     tok = ServerTokenizer(vllm_server.base_url, vllm_server.model)
     system_n, user_n = 300, 50

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from workload.client import Client
-from workload.profile import load_profile
-from workload.records import RequestRecord
-from workload.sessions import SessionPlanner
-from workload.tokens import ServerTokenizer
+from workload.measure.client import Client
+from workload.plan.profile import load_profile
+from workload.measure.records import RequestRecord
+from workload.plan.sessions import SessionPlanner
+from workload.plan.tokens import ServerTokenizer
 
 pytestmark = pytest.mark.vllm
 

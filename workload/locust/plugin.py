@@ -10,11 +10,11 @@ from typing import Any
 
 import gevent
 
-from workload import artifacts
+from workload.measure import artifacts
 from workload.locust import options as options_mod
 from workload.locust import webui
 from workload.locust.runtime import MSG_USER_DONE, AgentRuntime, argv_string
-from workload.target import SetupError
+from workload.observe.target import SetupError
 
 log = logging.getLogger("agentload")
 
@@ -120,7 +120,7 @@ def _next_run(opts: Any, previous: AgentRuntime) -> None:
 
 
 def _progress_loop(rt: AgentRuntime) -> None:
-    from workload.stats import progress_line
+    from workload.measure.stats import progress_line
 
     interval = float(rt.opts.progress_interval)
     while True:
@@ -165,7 +165,7 @@ def _on_worker_report(env: Any, client_id: str, data: dict, **_kw: Any) -> None:
     rt = env.agentload
     if rt is None or "agentload" not in data:
         return
-    from workload.stats import Aggregate
+    from workload.measure.stats import Aggregate
 
     rt.total.merge(Aggregate.from_dict(data["agentload"], slos_by_class=rt.slos))
 
@@ -187,7 +187,7 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
 
 def _finish(rt: AgentRuntime) -> int:
     """Write the run's summary once (web mode: at test stop, then quitting reuses it)."""
-    from workload.finish import finalize_run
+    from workload.run.finalize import finalize_run
 
     if rt.finalized:
         return rt.exit_code

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workload import artifacts
-from workload.records import STATUS_CANCELLED, RequestRecord, SessionRecord
-from workload.target import SetupError, parse_kv, probe_target
+from workload.measure import artifacts
+from workload.measure.records import STATUS_CANCELLED, RequestRecord, SessionRecord
+from workload.observe.target import SetupError, parse_kv, probe_target
 
 log = logging.getLogger("agentload")
 
@@ -42,7 +42,7 @@ class AgentRuntime:
     """Per-process state for one test, created at test_start."""
 
     def __init__(self, environment: Any) -> None:
-        from workload.stats import Aggregate
+        from workload.measure.stats import Aggregate
 
         self.env = environment
         self.opts = environment.parsed_options
@@ -75,10 +75,10 @@ class AgentRuntime:
     # ---- preparation -------------------------------------------------------------------------
     def prepare(self) -> None:
         """Load the profile, find the model, build planner and client. Raises SetupError."""
-        from workload.client import Client
-        from workload.profile import ProfileError, load_profile
-        from workload.sessions import SessionPlanner
-        from workload.tokens import TokenizerUnavailable, get_tokenizer
+        from workload.measure.client import Client
+        from workload.plan.profile import ProfileError, load_profile
+        from workload.plan.sessions import SessionPlanner
+        from workload.plan.tokens import TokenizerUnavailable, get_tokenizer
 
         host = (self.env.host or "").rstrip("/")
         if not host:
@@ -125,9 +125,9 @@ class AgentRuntime:
         except ProfileError as e:
             raise SetupError("; ".join(e.problems)) from None
         self.model = model
-        from workload.finish import merge_slos, profile_slos
-        from workload.stats import Aggregate
-        from workload.target import parse_slo_overrides
+        from workload.run.finalize import merge_slos, profile_slos
+        from workload.measure.stats import Aggregate
+        from workload.observe.target import parse_slo_overrides
 
         # Goodput needs each class's SLOs while requests are counted.
         self.slos = merge_slos(
@@ -156,7 +156,7 @@ class AgentRuntime:
 
     def start_observers(self) -> None:
         """Master/local: fingerprint the server and start scraping /metrics."""
-        from workload import server
+        from workload.observe import server
 
         host = self.target.get("url") or self.env.host
         api_key = os.environ.get(self.opts.api_key_env or "OPENAI_API_KEY") or None

@@ -5,7 +5,7 @@ each user's traffic class is a pure function of its global user index
 (fixed-count classes first, then smooth weighted round-robin), so the start
 form can switch profiles and a run split over N workers plays exactly the
 sessions one process would. The session itself (steps, sleeps, bodies,
-history) is planned by `workload.sessions`; this class only sleeps, sends and
+history) is planned by `workload.plan.sessions`; this class only sleeps, sends and
 records.
 """
 
@@ -20,8 +20,8 @@ from gevent import GreenletExit
 from locust import User, constant, task
 from locust.exception import StopUser
 
-from workload.client import request_id_for
-from workload.records import STATUS_CANCELLED, STATUS_OK, RequestRecord, SessionRecord
+from workload.measure.client import request_id_for
+from workload.measure.records import STATUS_CANCELLED, STATUS_OK, RequestRecord, SessionRecord
 
 
 def assign_class(classes: list[tuple[str, float, int | None]], index: int) -> str:

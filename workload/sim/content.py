@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import orjson
 
-from workload.tokens import get_tokenizer
+from workload.plan.tokens import get_tokenizer
 
 _WORDS = [
     "the",

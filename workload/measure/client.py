@@ -47,13 +47,13 @@ import gevent
 import orjson
 from gevent import GreenletExit
 
-from workload.records import (
+from workload.measure.records import (
     STATUS_CANCELLED,
     STATUS_ERROR,
     RequestRecord,
     ToolCall,
 )
-from workload.sse import SSEParser
+from workload.measure.sse import SSEParser
 
 ERROR_EXCERPT_CHARS = 500
 _TERMINAL = frozenset(("timeout", "stall", "stream_reset", "cancelled", "connect"))

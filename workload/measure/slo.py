@@ -18,7 +18,7 @@ Keys (``SLO_KEY_HELP``):
 A metric with no samples fails by default (the SLO could not be verified); pass
 ``missing="skip"`` or ``"pass"`` to change that.
 
-This module does not import ``workload.stats``: it reads the plain ``summary()`` dict,
+This module does not import ``workload.measure.stats``: it reads the plain ``summary()`` dict,
 and asks an object with a ``percentile_ms`` method (an ``Aggregate``) for percentiles
 the summary does not carry.
 """

@@ -23,7 +23,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from workload.tokens import Tokenizer, TokenizerUnavailable
+from workload.plan.tokens import Tokenizer, TokenizerUnavailable
 
 POOL_PIECES = 1 << 17  # ~0.9 MB of text: most prompts are one slice
 HEADER_WORDS = 4

@@ -37,11 +37,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from workload.payloads import PATHS, BodyOptions, build_body
-from workload.profile import Profile, ProfileError, TrafficClass
-from workload.prompts import PromptSynth, stable_key, synth_for
-from workload.records import STATUS_CANCELLED, RequestRecord
-from workload.tokens import Tokenizer
+from workload.plan.payloads import PATHS, BodyOptions, build_body
+from workload.plan.profile import Profile, ProfileError, TrafficClass
+from workload.plan.prompts import PromptSynth, stable_key, synth_for
+from workload.measure.records import STATUS_CANCELLED, RequestRecord
+from workload.plan.tokens import Tokenizer
 
 MSG_OVERHEAD = 8  # chat-template tokens per message, a generous allowance
 TEMPLATE_MARGIN = 256  # tokens kept free for the chat template and tool-format preamble
@@ -125,8 +125,8 @@ class StepRequest:
 
     @property
     def request(self) -> Any:
-        """A fresh ``workload.client.PreparedRequest`` (request_id "" for the caller to fill)."""
-        from workload.client import PreparedRequest
+        """A fresh ``workload.measure.client.PreparedRequest`` (request_id "" for the caller to fill)."""
+        from workload.measure.client import PreparedRequest
 
         return PreparedRequest(
             path=self.path,

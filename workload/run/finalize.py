@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workload import artifacts
+from workload.measure import artifacts
 
 log = logging.getLogger("agentload")
 
@@ -57,7 +57,9 @@ def exit_code_for(error_ratio: float | None, max_error_ratio: float, slo_results
 
 def finalize_run(rt: Any) -> int:
     """Write the run's summary artifacts from a finished runtime; return the exit code."""
-    from workload import server, slo, stats
+    from workload.observe import server
+    from workload.measure import slo
+    from workload.measure import stats
 
     out = Path(rt.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -118,7 +120,7 @@ def finalize_run(rt: Any) -> int:
     }
     artifacts.write_json(out / "run.json", run)
     try:
-        from workload.report import write_run_report
+        from workload.report.html import write_run_report
 
         write_run_report(out)
     except Exception as e:  # noqa: BLE001 - the report must never lose the measurements

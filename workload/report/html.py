@@ -19,7 +19,7 @@ from typing import Any
 import jinja2
 
 from workload import __version__
-from workload.compare import (
+from workload.analyze.compare import (
     VERDICT_BETTER,
     VERDICT_NODATA,
     VERDICT_WORSE,
@@ -208,14 +208,14 @@ def run_summary(data: RunData) -> dict[str, Any]:
     s = data.run.get("summary")
     if isinstance(s, dict) and isinstance(s.get("overall"), dict):
         return s
-    from workload.stats import Aggregate
+    from workload.measure.stats import Aggregate
 
     if isinstance(data.stats, dict):
         try:
             return Aggregate.from_dict(data.stats).summary(data.duration_s)
         except (ValueError, KeyError, TypeError):
             pass
-    from workload.records import RequestRecord, SessionRecord
+    from workload.measure.records import RequestRecord, SessionRecord
 
     agg = Aggregate()
     rf, sf = set(RequestRecord.__dataclass_fields__), set(SessionRecord.__dataclass_fields__)
@@ -286,7 +286,7 @@ def summary_rows(summary: dict[str, Any]) -> list[list[str]]:
 
 
 def _time_series(data: RunData) -> dict[str, Any]:
-    from workload.stats import time_series
+    from workload.measure.stats import time_series
 
     span = data.duration_s or 60.0
     bucket = max(1.0, round(span / 60.0))  # about 60 points whatever the run length
@@ -308,7 +308,7 @@ def _itl_points(data: RunData, cls: str | None) -> tuple[list[tuple[float, float
     pcts = [1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9]
     if isinstance(data.stats, dict):
         try:
-            from workload.stats import Aggregate
+            from workload.measure.stats import Aggregate
 
             agg = Aggregate.from_dict(data.stats)
             vals = [agg.percentile_ms("itl", p, cls) for p in pcts]
@@ -476,7 +476,7 @@ def _charts(runs: list[tuple[str, RunData, dict]], classes: list[str]) -> list[C
 
 
 def _fingerprint_rows(run: dict) -> list[tuple[str, str, str]]:
-    from workload.compare import _flatten_fp
+    from workload.analyze.compare import _flatten_fp
 
     rows = []
     for section in ("fingerprint", "labels"):

@@ -48,8 +48,8 @@ from typing import Any, ClassVar
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from workload.records import SESSION_OUTCOMES, RequestRecord, SessionRecord
-from workload.slo import (
+from workload.measure.records import SESSION_OUTCOMES, RequestRecord, SessionRecord
+from workload.measure.slo import (
     SLOResult,
     error_ratio,
     evaluate_slos,

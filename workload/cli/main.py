@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
-from workload import __version__, artifacts
+from workload import __version__
+
+from workload.measure import artifacts
 
 EXIT_BAD_INPUT = 2
 
-LOCUSTFILE = Path(__file__).parent / "locust" / "locustfile.py"
+LOCUSTFILE = Path(__file__).parent.parent / "locust" / "locustfile.py"
 
 
 class UsageError(Exception):
@@ -188,7 +190,7 @@ def build_run_parser(prog: str = "agentload run") -> argparse.ArgumentParser:
 
 def resolve_run(args: argparse.Namespace) -> dict:
     """Validate run options against the profile; returns the values Locust needs."""
-    from workload.profile import ProfileError, load_profile
+    from workload.plan.profile import ProfileError, load_profile
 
     host = check_host(args.host) if args.host else ""
     seed = args.seed.strip()
@@ -218,7 +220,7 @@ def resolve_run(args: argparse.Namespace) -> dict:
         raise UsageError(f"bad number: {e}") from None
     if spu < 0 or scrape < 0:
         raise UsageError("--sessions-per-user and --scrape-interval must be >= 0")
-    from workload.target import SetupError, parse_kv, parse_slo_overrides
+    from workload.observe.target import SetupError, parse_kv, parse_slo_overrides
 
     try:
         parse_kv(args.labels, "--label")
@@ -354,10 +356,10 @@ def cmd_run(argv: list[str]) -> int:
 
 def preflight(args: argparse.Namespace, r: dict, host: str) -> None:
     """Fail fast, with one line, before Locust starts: the target and the profile's fit."""
-    from workload.profile import ProfileError
-    from workload.sessions import SessionPlanner
-    from workload.target import SetupError, probe_target
-    from workload.tokens import TokenizerUnavailable, get_tokenizer
+    from workload.plan.profile import ProfileError
+    from workload.plan.sessions import SessionPlanner
+    from workload.observe.target import SetupError, probe_target
+    from workload.plan.tokens import TokenizerUnavailable, get_tokenizer
 
     try:
         facts = probe_target(host, os.environ.get(args.api_key_env) or None, args.model or None)
@@ -407,7 +409,7 @@ def _run_child(cmd: list[str]) -> int:
 def cmd_profiles(argv: list[str]) -> int:
     import json
 
-    from workload.profile import ProfileError, list_profiles, load_profile, profile_schema
+    from workload.plan.profile import ProfileError, list_profiles, load_profile, profile_schema
 
     p = _Parser(
         prog="agentload profiles", description="List, show, validate profiles; print the schema."
@@ -454,19 +456,19 @@ def cmd_sim(argv: list[str]) -> int:
 
 
 def cmd_compare(argv: list[str]) -> int:
-    from workload.compare import main_compare
+    from workload.analyze.compare import main_compare
 
     return int(main_compare(argv))
 
 
 def cmd_canary(argv: list[str]) -> int:
-    from workload.canary import main_canary
+    from workload.run.canary import main_canary
 
     return int(main_canary(argv))
 
 
 def cmd_report(argv: list[str]) -> int:
-    from workload.report import main_report
+    from workload.report.html import main_report
 
     return int(main_report(argv))
 

@@ -4,7 +4,7 @@ A profile describes agent traffic as traffic classes (Locust user classes),
 each with sessions of several steps (one LLM call per step), shared prefixes,
 tools, a context policy, request extras and SLOs. Units: sizes in tokens,
 times in seconds unless a name ends in ``_ms``. Distributions are documented in
-``workload.dist`` (a bare number is a constant). Example::
+``workload.plan.dist`` (a bare number is a constant). Example::
 
     schema_version: 1
     description: one interactive agent class
@@ -29,9 +29,9 @@ merge key by key; lists and scalars replace). ``load_profile(..., overrides=
 after that. Problems are collected into ``ProfileError.problems``, one line
 each naming the file, the field path and what is allowed.
 
-Built-in profiles are the YAML files in ``workload/builtin_profiles/`` (shipped
-in the wheel); ``profiles/`` at the repo top holds byte-identical copies for
-browsing, and a test keeps the two equal.
+Built-in profiles are the YAML files in the top-level ``profiles/`` folder, the
+only copy in the tree; the wheel ships them as the package data
+``workload.builtin_profiles``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from workload.dist import Component, Dist, constant
+from workload.plan.dist import Component, Dist, constant
 
 SCHEMA_VERSION = 1
 DEFAULT_PROFILE = "quickstart"
@@ -391,7 +391,12 @@ class Profile(_M):
 
 # ---------------------------------------------------------------- loading
 def _builtin_dir() -> Path:
-    return Path(str(importlib.resources.files("workload") / "builtin_profiles"))
+    """The one copy of the built-in profiles: profiles/ in a checkout, the package data
+    `workload.builtin_profiles` (the same files) in an installed wheel."""
+    tree = Path(__file__).resolve().parents[2] / "profiles"
+    if (tree / f"{DEFAULT_PROFILE}.yaml").is_file():
+        return tree
+    return Path(str(importlib.resources.files("workload.builtin_profiles")))
 
 
 def list_profiles() -> list[tuple[str, str]]:
@@ -644,7 +649,7 @@ _COMPARISONS = (
 
 
 def _dist_names() -> list[str]:
-    from workload.dist import DIST_KINDS
+    from workload.plan.dist import DIST_KINDS
 
     return list(DIST_KINDS)
 
@@ -712,13 +717,13 @@ def _unwrap(t: Any) -> Any:
 
 
 # ---------------------------------------------------------------- reference docs
-REF_BEGIN = "<!-- BEGIN GENERATED PROFILE REFERENCE (workload.profile.reference_markdown) -->"
+REF_BEGIN = "<!-- BEGIN GENERATED PROFILE REFERENCE (workload.plan.profile.reference_markdown) -->"
 REF_END = "<!-- END GENERATED PROFILE REFERENCE -->"
 
 
 def reference_markdown() -> str:
     """A Markdown reference of every profile field (type, default, description), from the models."""
-    from workload import dist
+    from workload.plan import dist
 
     sections: list[tuple[str, type[BaseModel]]] = [
         ("Profile (top level)", Profile),

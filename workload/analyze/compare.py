@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as _sps
 
-from workload.artifacts import iter_jsonl, read_json
+from workload.measure.artifacts import iter_jsonl, read_json
 
 VERDICT_WORSE = "worse"
 VERDICT_BETTER = "better"
@@ -91,7 +91,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "completed_sessions": 10.0,
 }
 
-# Profile `compare:` field names (workload.profile.CompareThresholds) -> metric names.
+# Profile `compare:` field names (workload.plan.profile.CompareThresholds) -> metric names.
 _PROFILE_NAMES = {
     "ttft_p95_pct": "ttft_p95",
     "itl_p95_pct": "itl_p95",
@@ -932,7 +932,7 @@ def metric_series(rows: list[dict[str, Any]]) -> dict[str, list[tuple[float, flo
                 continue  # a failed scrape
             data = {k: v for k, v in row.items() if k not in _TIME_KEYS}
         if any(g in data for g in ("gauges", "counters", "labelled")):
-            # workload.server.parse_metrics shape; histograms and cache config are not series
+            # workload.observe.server.parse_metrics shape; histograms and cache config are not series
             data = {
                 **(data.get("gauges") or {}),
                 **(data.get("counters") or {}),
@@ -1395,11 +1395,11 @@ def main_compare(argv: list[str]) -> int:
         )  # fmt: skip
         print(cmp.render_text())
         if args.json:
-            from workload.artifacts import write_json
+            from workload.measure.artifacts import write_json
 
             write_json(args.json, cmp.to_dict())
         if args.html:
-            from workload.report import write_compare_report
+            from workload.report.html import write_compare_report
 
             write_compare_report(cmp, args.html)
             print(f"report: {args.html}")

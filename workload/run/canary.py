@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from workload.compare import (
+from workload.analyze.compare import (
     CompareError,
     QuietParser,
     add_verdict_options,
@@ -79,7 +79,7 @@ def _strip_opts(args: Sequence[str], names: tuple[str, ...]) -> list[str]:
 
 def traffic_plan(run_args: Sequence[str]) -> dict[str, Any]:
     """Validate run_args with `agentload run`'s own parser; return duration and seed."""
-    from workload.cli import UsageError, build_run_parser, resolve_run
+    from workload.cli.main import UsageError, build_run_parser, resolve_run
 
     try:
         args = build_run_parser().parse_args(["--host", "http://127.0.0.1:1", *run_args])
@@ -212,7 +212,7 @@ def run_canary(
         confidence=confidence,
         n_boot=n_boot,
     )
-    from workload.artifacts import write_json
+    from workload.measure.artifacts import write_json
 
     d = cmp.to_dict()
     d["canary"] = {
@@ -224,7 +224,7 @@ def run_canary(
     write_json(out_dir / "comparison.json", d)
     print(cmp.render_text())
     if html:
-        from workload.report import write_compare_report
+        from workload.report.html import write_compare_report
 
         write_compare_report(cmp, out_dir / "compare.html")
         print(f"report: {out_dir / 'compare.html'}")
@@ -265,7 +265,7 @@ def main_canary(argv: list[str]) -> int:
     p = canary_argparser()
 
     def body(args: argparse.Namespace) -> int:
-        from workload.cli import check_host
+        from workload.cli.main import check_host
 
         run_args: list[str] = args.rest
         for flag in ("--host", "--out", "--server-log"):
@@ -281,7 +281,7 @@ def main_canary(argv: list[str]) -> int:
             if log and not Path(log).is_file():
                 raise CanaryError(f"server log {log!r} not found")
         if args.out is None:
-            from workload.artifacts import new_run_id
+            from workload.measure.artifacts import new_run_id
 
             args.out = Path("runs") / f"canary-{new_run_id()}"
         return run_canary(

@@ -1,0 +1,1 @@
+"""Analysis: metric catalogue, thresholds, bootstrap, verdict, text rendering."""

@@ -1,0 +1,5 @@
+import sys
+
+from workload.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Measurement: transport, client, SSE, records, stats, SLOs, artifacts."""

@@ -1,0 +1,1 @@
+"""Observing the target: probe, /metrics, server log, fingerprint."""

@@ -1,0 +1,1 @@
+"""Traffic planning: profiles, distributions, tokens, prompts, sessions, payloads."""

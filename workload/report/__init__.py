@@ -1,0 +1,1 @@
+"""Reports: HTML run and compare reports, charts, console text."""

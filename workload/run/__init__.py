@@ -1,0 +1,1 @@
+"""Running: the run specification, finalize, canary."""
