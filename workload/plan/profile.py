@@ -37,7 +37,6 @@ only copy in the tree; the wheel ships them as the package data
 from __future__ import annotations
 
 import copy
-import importlib.resources
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -396,7 +395,7 @@ def _builtin_dir() -> Path:
     tree = Path(__file__).resolve().parents[2] / "profiles"
     if (tree / f"{DEFAULT_PROFILE}.yaml").is_file():
         return tree
-    return Path(str(importlib.resources.files("workload.builtin_profiles")))
+    return Path(__file__).resolve().parents[1] / "builtin_profiles"
 
 
 def list_profiles() -> list[tuple[str, str]]:
