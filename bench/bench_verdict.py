@@ -15,7 +15,7 @@ and a gated TTFT metric worse: ttft_shift when the runs pair), each with a
 Wilson 95 % interval; per-metric flag counts; the
 observed spread of the TTFT-p95 change (its standard error), and the run
 length that spread predicts is needed for 90 % detection of a true 10 %
-(SE shrinks like 1/sqrt(run length)). Figures go to the README canary section.
+(SE shrinks like 1/sqrt(run length)). Figures go to docs/canary-verdict-quality.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Small builders that write synthetic run directories for tests.
 
-A built run looks like what `agentload run` leaves behind (docs/internals.md,
-"Run directory"): run.json, requests.jsonl, sessions.jsonl and, optionally,
+A built run looks like what `agentload run` leaves behind (docs/artifacts.md,
+"Files"): run.json, requests.jsonl, sessions.jsonl and, optionally,
 metrics.jsonl. Latencies come from a per-(session, step) base value that
 depends only on `traffic_seed`, times independent noise from `noise_seed`, so
 two runs with the same traffic seed pair the way seeded agentload traffic does.

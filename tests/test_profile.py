@@ -191,9 +191,10 @@ def test_validate_profile_dict():
 def test_docs_reference_is_generated_from_the_models():
     from workload.plan.profile import REF_BEGIN, REF_END, reference_markdown
 
-    text = (ROOT / "README.md").read_text()
+    page = "docs/profiles-reference.md"
+    text = (ROOT / page).read_text()
     got = text[text.index(REF_BEGIN) + len(REF_BEGIN) : text.index(REF_END)].strip()
     assert got == reference_markdown().strip(), (
-        "README.md's profile reference is stale: python -c \"from workload.plan.profile import write_reference; "
-        "write_reference('README.md')\""
+        f'{page} is stale: python -c "from workload.plan.profile import write_reference; '
+        f"write_reference('{page}')\""
     )

