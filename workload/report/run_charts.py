@@ -166,7 +166,7 @@ def run_charts(runs: list[tuple[str, RunData, dict]], classes: list[str]) -> lis
                     Series(
                         name(side, cls),
                         [(i, h[i] / tot if i < len(h) else 0.0) for i in range(k)],
-                        color(side, j if not compare else 0) if not compare else SIDE_COLORS[side],
+                        color(side, j),
                     )
                 )
         out.append(
