@@ -32,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scipy import stats as sps  # noqa: E402
 
+from workload.analyze.catalogue import VERDICT_SAME, VERDICT_WORSE  # noqa: E402
+from workload.analyze.verdict import compare_runs  # noqa: E402
 from workload.run.canary import run_canary  # noqa: E402
-from workload.analyze.compare import VERDICT_SAME, VERDICT_WORSE, compare_runs  # noqa: E402
 from workload.sim.launcher import SimProcess  # noqa: E402
 
 

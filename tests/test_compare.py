@@ -9,17 +9,12 @@ import orjson
 import pytest
 
 from tests.builders import ClassSpec, write_run
-from workload.analyze.compare import (
-    VERDICT_BETTER,
-    VERDICT_SAME,
-    VERDICT_WORSE,
-    CompareError,
-    _quantile_sorted,
-    compare_runs,
-    load_run,
-    main_compare,
-    resolve_thresholds,
-)
+from workload.analyze.bootstrap import quantile_sorted
+from workload.analyze.catalogue import VERDICT_BETTER, VERDICT_SAME, VERDICT_WORSE, CompareError
+from workload.analyze.rundata import load_run
+from workload.analyze.thresholds import resolve_thresholds
+from workload.analyze.verdict import compare_runs
+from workload.cli.compare import main_compare
 
 
 def _classes(n: int = 150) -> dict[str, ClassSpec]:
@@ -185,7 +180,7 @@ def test_quantile_matches_numpy_inverted_cdf():
     for n in (1, 7, 100, 1001):
         v = np.sort(rng.lognormal(size=n))
         for q in (0.5, 0.95, 0.99):
-            assert _quantile_sorted(v, q) == np.percentile(v, 100 * q, method="inverted_cdf")
+            assert quantile_sorted(v, q) == np.percentile(v, 100 * q, method="inverted_cdf")
 
 
 def test_main_compare_exit_codes(tmp_path, base, capsys):

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.builders import write_run
-from workload.analyze.compare import compare_runs
-from workload.report.html import main_report, write_compare_report, write_run_report
+from workload.analyze.verdict import compare_runs
+from workload.cli.report import main_report
+from workload.report.compare_report import write_compare_report
+from workload.report.run_report import write_run_report
 
 EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 

@@ -456,7 +456,7 @@ def cmd_sim(argv: list[str]) -> int:
 
 
 def cmd_compare(argv: list[str]) -> int:
-    from workload.analyze.compare import main_compare
+    from workload.cli.compare import main_compare
 
     return int(main_compare(argv))
 
@@ -468,7 +468,7 @@ def cmd_canary(argv: list[str]) -> int:
 
 
 def cmd_report(argv: list[str]) -> int:
-    from workload.report.html import main_report
+    from workload.cli.report import main_report
 
     return int(main_report(argv))
 

@@ -30,14 +30,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from workload.analyze.compare import (
-    CompareError,
-    QuietParser,
-    add_verdict_options,
-    compare_runs,
-    parse_threshold_flags,
-    run_cli,
-)
+from workload.analyze.catalogue import CompareError
+from workload.analyze.options import QuietParser, add_verdict_options, run_cli
+from workload.analyze.thresholds import parse_threshold_flags
+from workload.analyze.verdict import compare_runs
 
 MODES = ("simultaneous", "sequential", "interleaved")
 SIDES = ("baseline", "candidate")
@@ -224,7 +220,7 @@ def run_canary(
     write_json(out_dir / "comparison.json", d)
     print(cmp.render_text())
     if html:
-        from workload.report.html import write_compare_report
+        from workload.report.compare_report import write_compare_report
 
         write_compare_report(cmp, out_dir / "compare.html")
         print(f"report: {out_dir / 'compare.html'}")

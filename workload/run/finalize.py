@@ -120,7 +120,7 @@ def finalize_run(rt: Any) -> int:
     }
     artifacts.write_json(out / "run.json", run)
     try:
-        from workload.report.html import write_run_report
+        from workload.report.run_report import write_run_report
 
         write_run_report(out)
     except Exception as e:  # noqa: BLE001 - the report must never lose the measurements

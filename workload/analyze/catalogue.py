@@ -1,0 +1,98 @@
+"""The metric catalogue of a comparison: what each metric is, how it is judged, the verdicts.
+
+`METRICS` names every metric `compare` computes; `MetricDiff` is one metric in one
+scope (overall, a traffic class, a class's session step), A against B.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+VERDICT_WORSE = "worse"
+VERDICT_BETTER = "better"
+VERDICT_SAME = "no detectable change"
+VERDICT_NODATA = "insufficient data"
+
+EXIT_PASS = 0
+EXIT_REGRESSION = 3
+
+LATENCIES = ("ttft", "itl", "tpot", "e2e")
+QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """How one metric is computed and judged."""
+
+    name: str
+    kind: str  # quantile | shift | ratio | mean | count
+    change: str  # relative | absolute
+    higher_is_worse: bool
+    unit: str
+
+
+def _metric_defs() -> dict[str, MetricDef]:
+    defs = {}
+    for lat in LATENCIES:
+        for qn in QUANTILES:
+            n = f"{lat}_{qn}"
+            defs[n] = MetricDef(n, "quantile", "relative", True, "ms")
+    for lat in ("ttft", "itl", "e2e"):
+        n = f"{lat}_shift"
+        defs[n] = MetricDef(n, "shift", "relative", True, "ms")
+    for n, worse in (
+        ("error_ratio", True),
+        ("tool_loop_failure_ratio", True),
+        ("session_success_ratio", False),
+        ("cached_ratio", False),
+        ("spec_acceptance_rate", False),
+    ):
+        defs[n] = MetricDef(n, "ratio", "absolute", worse, "ratio")
+    defs["spec_acceptance_length"] = MetricDef(
+        "spec_acceptance_length", "mean", "relative", False, "tokens"
+    )
+    defs["output_throughput"] = MetricDef("output_throughput", "sum", "relative", False, "tok/s")
+    defs["completed_sessions"] = MetricDef("completed_sessions", "count", "relative", False, "/min")
+    defs["completed_requests"] = MetricDef("completed_requests", "count", "relative", False, "/min")
+    return defs
+
+
+METRICS = _metric_defs()
+STEP_METRICS = ("ttft_p50", "ttft_p95", "itl_p50", "itl_p95", "e2e_p50", "e2e_p95")
+
+
+class CompareError(ValueError):
+    """Bad input to a comparison (missing or unreadable run directory)."""
+
+
+@dataclass
+class MetricDiff:
+    """One metric in one scope, A vs B, with its interval and verdict."""
+
+    scope: str  # "overall" | "class:NAME" | "step:NAME:K"
+    metric: str
+    unit: str
+    change_kind: str  # relative | absolute
+    a: float | None
+    b: float | None
+    n_a: int
+    n_b: int
+    change: float | None = None  # fraction (relative) or ratio difference (absolute)
+    ci: tuple[float, float] | None = None
+    threshold: float | None = None  # same unit as change
+    verdict: str = VERDICT_NODATA
+    gated: bool = False
+    paired_share: float = 0.0
+    se: float | None = None  # standard error on the test scale (log ratio | difference)
+    higher_is_worse: bool = True
+    same_as: str | None = None  # scope whose gated row is this same test (then not gated)
+    note: str | None = None  # why a row with a threshold does not gate
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["ci"] = list(self.ci) if self.ci else None
+        return {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()
+        }

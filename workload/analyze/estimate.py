@@ -1,0 +1,297 @@
+"""Point estimates and bootstrap standard errors of every metric in one scope.
+
+A scope is the rows of both runs for overall, one traffic class, or one class's
+session step (`Scope`, clustered by session). Changes are relative (B/A - 1, its
+standard error on the log scale) for percentiles, shifts, sums, counts and the
+acceptance length, and absolute (B - A) for ratios. Counts use a Poisson
+standard error. `verdict` turns these into intervals and verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from workload.analyze.bootstrap import (
+    Scope,
+    boot_quantiles,
+    cluster_sums,
+    quantile_sorted,
+    robust_se,
+)
+from workload.analyze.catalogue import METRICS, QUANTILES, MetricDiff
+
+
+def _latency(r: dict, lat: str) -> float | None:
+    if r.get("status", "ok") != "ok":
+        return None
+    if lat == "itl":
+        v = r.get("itl_ms")
+        v = v.get("mean") if isinstance(v, dict) else None
+    else:
+        v = r.get(f"{lat}_ms")
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def _ratio_parts(kind: str, rows_req: list[dict], rows_sess: list[dict]) -> tuple[list, list, list]:
+    """(session_ids, numerators, denominators) per row for a ratio metric."""
+    sid, num, den = [], [], []
+    if kind == "error_ratio":
+        for r in rows_req:
+            if r.get("status") == "cancelled":
+                continue
+            sid.append(r.get("session_id", ""))
+            num.append(0.0 if r.get("status", "ok") == "ok" else 1.0)
+            den.append(1.0)
+    elif kind in ("tool_loop_failure_ratio", "session_success_ratio"):
+        for s in rows_sess:
+            out = s.get("outcome")
+            if out == "cancelled" or out is None:
+                continue
+            sid.append(s.get("session_id", ""))
+            hit = out == ("tool_loop_failure" if kind == "tool_loop_failure_ratio" else "completed")
+            num.append(1.0 if hit else 0.0)
+            den.append(1.0)
+    elif kind == "cached_ratio":
+        for r in rows_req:
+            p = r.get("prompt_tokens")
+            if r.get("status", "ok") != "ok" or not p or r.get("cached_tokens") is None:
+                continue
+            sid.append(r.get("session_id", ""))
+            num.append(float(r["cached_tokens"]))
+            den.append(float(p))
+    elif kind == "spec_acceptance_rate":
+        for r in rows_req:
+            sd = r.get("spec_decode")
+            if not isinstance(sd, dict) or not sd.get("num_draft_tokens"):
+                continue
+            sid.append(r.get("session_id", ""))
+            num.append(float(sd.get("num_accepted_draft_tokens") or 0))
+            den.append(float(sd["num_draft_tokens"]))
+    elif kind == "spec_acceptance_length":
+        for r in rows_req:
+            sd = r.get("spec_decode")
+            v = sd.get("mean_acceptance_length") if isinstance(sd, dict) else None
+            if isinstance(v, (int, float)):
+                sid.append(r.get("session_id", ""))
+                num.append(float(v))
+                den.append(1.0)
+    return sid, num, den
+
+
+MIN_SAMPLES = 20  # per side, below which a metric is "insufficient data"
+
+
+def _req_key(r: dict) -> tuple[str, int]:
+    return str(r.get("session_id", "")), int(r.get("step") or 0)
+
+
+def _paired_requests(sc: Scope, lat: str) -> set[tuple[str, int]] | None:
+    """The (session, step) requests with a `lat` value in both runs, or None if unpaired.
+
+    Seeded traffic sends the same requests to both sides, but a slower side gets
+    fewer of them done before the run ends, and the later steps it misses carry
+    longer contexts: a quantile over all requests would compare different work.
+    Latency quantiles are therefore taken over the requests both sides completed
+    (the work done shows in throughput and completed counts).
+    """
+    if not sc.n_common:
+        return None
+    keys = [{_req_key(r) for r in sc.reqs[side] if _latency(r, lat) is not None} for side in (0, 1)]
+    return keys[0] & keys[1]
+
+
+def _shift_metric(scope_name: str, sc: Scope, name: str, Wa: np.ndarray) -> MetricDiff:
+    """Paired per-request shift: median over paired requests of log(B/A), cluster bootstrap.
+
+    Only sessions in both runs carry paired requests, and those are the first
+    `n_common` clusters of both index spaces, where A's and B's bootstrap
+    weights are the same draw, so A's weights resample the pairs jointly.
+    a / b are the medians of each side over the same paired requests.
+    """
+    d = METRICS[name]
+    lat = name.split("_")[0]
+    m = MetricDiff(scope_name, name, d.unit, d.change, None, None, 0, 0)
+    m.paired_share, m.higher_is_worse = sc.pair_share, d.higher_is_worse
+    if not sc.n_common:
+        return m
+    vals: list[dict[tuple[str, int], float]] = [{}, {}]
+    for side in (0, 1):
+        for r in sc.reqs[side]:
+            v = _latency(r, lat)
+            if v is not None and v > 0:
+                vals[side][_req_key(r)] = v
+    keys = sorted(set(vals[0]) & set(vals[1]))
+    m.n_a = m.n_b = len(keys)
+    if not keys:
+        return m
+    va = np.asarray([vals[0][k] for k in keys])
+    vb = np.asarray([vals[1][k] for k in keys])
+    m.a = quantile_sorted(np.sort(va), 0.5)
+    m.b = quantile_sorted(np.sort(vb), 0.5)
+    if len(keys) < MIN_SAMPLES:
+        return m
+    lr = np.log(vb) - np.log(va)
+    med = quantile_sorted(np.sort(lr), 0.5)
+    m.change = math.expm1(med)
+    cl = np.asarray([sc.idx_a[k[0]] for k in keys], dtype=np.int64)
+    boot = boot_quantiles(lr, cl, Wa, [0.5])[0]
+    m.se = 0.0 if np.nanmax(np.abs(boot - med), initial=0) == 0 else robust_se(boot)
+    return m
+
+
+def _min_n(q: float) -> int:
+    return max(MIN_SAMPLES, math.ceil(5 / (1 - q)))
+
+
+def scope_metrics(
+    scope_name: str,
+    sc: Scope,
+    names: list[str],
+    rng: np.random.Generator,
+    n_boot: int,
+    dur: tuple[float | None, float | None],
+) -> list[MetricDiff]:
+    """Point estimates and bootstrap standard errors for `names` in one scope."""
+    out: list[MetricDiff] = []
+    Wa, Wb = sc.weights(rng, n_boot)
+    idx = (sc.idx_a, sc.idx_b)
+    W = (Wa, Wb)
+    ps = sc.pair_share
+    lat_names: dict[str, list[str]] = {}
+    for n in names:
+        if METRICS[n].kind == "quantile":
+            lat_names.setdefault(n.split("_")[0], []).append(n)
+    for lat, qnames in lat_names.items():
+        qs = [QUANTILES[q.split("_")[1]] for q in qnames]
+        pts: list[list[float | None]] = []
+        boots: list[np.ndarray | None] = []
+        ns: list[int] = []
+        both = _paired_requests(sc, lat)
+        for side in (0, 1):
+            vals: list[float] = []
+            cl: list[int] = []
+            for r in sc.reqs[side]:
+                v = _latency(r, lat)
+                if v is not None and (both is None or _req_key(r) in both):
+                    vals.append(v)
+                    cl.append(idx[side][r.get("session_id", "")])
+            va = np.asarray(vals, dtype=float)
+            ns.append(len(va))
+            if len(va) == 0:
+                pts.append([None] * len(qs))
+                boots.append(None)
+                continue
+            sv = np.sort(va)
+            pts.append([quantile_sorted(sv, q) for q in qs])
+            boots.append(boot_quantiles(va, np.asarray(cl, dtype=np.int64), W[side], qs))
+        for j, (qn, q) in enumerate(zip(qnames, qs, strict=True)):
+            d = METRICS[qn]
+            m = MetricDiff(scope_name, qn, d.unit, d.change, pts[0][j], pts[1][j], ns[0], ns[1])
+            m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
+            ba, bb = boots
+            if min(ns) >= _min_n(q) and m.a and m.b and ba is not None and bb is not None:
+                m.change = m.b / m.a - 1.0
+                lr = np.log(bb[j]) - np.log(ba[j])
+                m.se = robust_se(lr)
+            out.append(m)
+    for n in names:
+        if METRICS[n].kind == "shift":
+            out.append(_shift_metric(scope_name, sc, n, Wa))
+    for n in names:
+        d = METRICS[n]
+        if d.kind in ("ratio", "mean"):
+            pt: list[float | None] = []
+            bs: list[Any] = []
+            ns = []
+            for side in (0, 1):
+                sid, num, den = _ratio_parts(n, sc.reqs[side], sc.sess[side])
+                ns.append(len(sid))
+                if not sid or sum(den) == 0:
+                    pt.append(None)
+                    bs.append(None)
+                    continue
+                cla = np.asarray([idx[side][s] for s in sid], dtype=np.int64)
+                k = W[side].shape[1]
+                ns_num = cluster_sums(np.asarray(num), cla, k)
+                ns_den = cluster_sums(np.asarray(den), cla, k)
+                pt.append(float(sum(num) / sum(den)))
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    bs.append((W[side] @ ns_num) / (W[side] @ ns_den))
+            m = MetricDiff(scope_name, n, d.unit, d.change, pt[0], pt[1], ns[0], ns[1])
+            m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
+            if min(ns) >= MIN_SAMPLES and pt[0] is not None and pt[1] is not None:
+                if d.change == "relative":
+                    if pt[0] > 0 and pt[1] > 0:
+                        m.change = pt[1] / pt[0] - 1.0
+                        m.se = robust_se(np.log(bs[1]) - np.log(bs[0]))
+                else:
+                    m.change = pt[1] - pt[0]
+                    diff = bs[1] - bs[0]
+                    # Zero spread in both runs: nothing can vary, so the metric cannot be flagged.
+                    m.se = (
+                        0.0
+                        if np.nanmax(np.abs(diff - m.change), initial=0) == 0
+                        else robust_se(diff)
+                    )
+            out.append(m)
+        elif d.kind == "sum":
+            da, db = dur
+            per = (da or 1.0, db or 1.0)
+            spt: list[float] = []
+            sbs: list[Any] = []
+            ns = []
+            for side in (0, 1):
+                rows = [r for r in sc.reqs[side] if r.get("status", "ok") == "ok"]
+                toks = np.asarray([float(r.get("completion_tokens") or 0) for r in rows])
+                cla = np.asarray([idx[side][r.get("session_id", "")] for r in rows], dtype=np.int64)
+                ns.append(len(rows))
+                sums = (
+                    cluster_sums(toks, cla, W[side].shape[1])
+                    if len(rows)
+                    else np.zeros(W[side].shape[1])
+                )
+                spt.append(float(toks.sum()) / per[side])
+                sbs.append((W[side] @ sums) / per[side])
+            m = MetricDiff(
+                scope_name,
+                n,
+                d.unit if da and db else "tokens",
+                d.change,
+                spt[0],
+                spt[1],
+                ns[0],
+                ns[1],
+            )
+            m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
+            if min(ns) >= MIN_SAMPLES and spt[0] > 0 and spt[1] > 0:
+                m.change = spt[1] / spt[0] - 1.0
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    m.se = robust_se(np.log(sbs[1]) - np.log(sbs[0]))
+            out.append(m)
+        elif d.kind == "count":
+            counts = []
+            for side in (0, 1):
+                if n == "completed_sessions":
+                    c = sum(1 for s in sc.sess[side] if s.get("outcome") == "completed")
+                else:
+                    c = sum(1 for r in sc.reqs[side] if r.get("status", "ok") == "ok")
+                counts.append(c)
+            da, db = dur
+            scale = (60.0 / da, 60.0 / db) if da and db else (1.0, 1.0)
+            m = MetricDiff(
+                scope_name, n, d.unit if da and db else "count", d.change,
+                counts[0] * scale[0], counts[1] * scale[1], counts[0], counts[1],
+            )  # fmt: skip
+            m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
+            # Like every other metric: below MIN_SAMPLES per side it is reported, not judged
+            # (a 10 % change in 10 sessions is far inside Poisson noise, and a metric that
+            # cannot be flagged must not widen every other interval through Bonferroni).
+            if min(counts) >= MIN_SAMPLES:
+                ca, cb = counts[0] + 0.5, counts[1] + 0.5
+                m.change = (cb * scale[1]) / (ca * scale[0]) - 1.0
+                m.se = math.sqrt(1 / ca + 1 / cb)
+            out.append(m)
+    return out

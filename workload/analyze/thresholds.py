@@ -1,0 +1,153 @@
+"""Which metrics gate and at what threshold: defaults, the profile's `compare:` section, flags.
+
+Thresholds are in percent (relative changes) or percentage points (ratios); keys
+are metric names, optionally scoped to a class (`CLASS.METRIC`) or to the overall
+row (`overall.METRIC`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workload.analyze.catalogue import METRICS, CompareError
+
+# Thresholds in percent (relative) or percentage points (ratios); a metric
+# without a threshold is reported but does not gate.
+DEFAULT_THRESHOLDS: dict[str, float] = {
+    "ttft_shift": 10.0,
+    "itl_shift": 10.0,
+    "e2e_shift": 10.0,
+    "ttft_p95": 10.0,
+    "itl_p95": 10.0,
+    "e2e_p95": 10.0,
+    "error_ratio": 1.0,
+    "tool_loop_failure_ratio": 1.0,
+    "session_success_ratio": 2.0,
+    "output_throughput": 5.0,
+    "cached_ratio": 5.0,
+    "completed_sessions": 10.0,
+}
+
+# Profile `compare:` field names (workload.plan.profile.CompareThresholds) -> metric names.
+_PROFILE_NAMES = {
+    "ttft_p95_pct": "ttft_p95",
+    "itl_p95_pct": "itl_p95",
+    "e2e_p95_pct": "e2e_p95",
+    "throughput_pct": "output_throughput",
+    "session_success_pp": "session_success_ratio",
+    "cached_ratio_pp": "cached_ratio",
+}
+
+# With paired runs these are shown (with threshold and verdict) but gate only when a
+# --threshold flag names them: between two instances of the same server on the same
+# traffic they differ by more than any within-run interval allows (README, canary section
+# "Verdict quality": per-request ITL shifts of ~10 %, and throughput -23 % / -42 %,
+# completed sessions -26 % / -42 % and cached-ratio drops when one instance falls into a
+# KV preemption cascade). A slower server still shows in the gated ttft/e2e shifts.
+# Unpaired runs gate them as before.
+PAIRED_REPORT_ONLY = frozenset(
+    {"itl_shift", "output_throughput", "cached_ratio", "completed_sessions"}
+)
+
+# A profile's percentile threshold also sets the paired shift's (the shift is what gates
+# when runs pair, so a profile's "10 % TTFT" must reach it).
+_SHIFT_OF = {f"{lat}_p95": f"{lat}_shift" for lat in ("ttft", "itl", "e2e")}
+
+
+def _pct(v: Any) -> float:
+    if isinstance(v, str):
+        v = v.strip().rstrip("%").removesuffix("pp").strip()
+    return float(v)
+
+
+def _metric_name(key: str) -> str:
+    """Normalise a threshold key: profile names, `_pct`/`_pp` suffixes, CLASS. prefixes."""
+    scope, dot, base = key.rpartition(".")
+    base = _PROFILE_NAMES.get(base, base)
+    for suffix in ("_pct", "_pp"):
+        base = base.removesuffix(suffix)
+    base = {"throughput": "output_throughput", "session_success": "session_success_ratio"}.get(
+        base, base
+    )
+    return f"{scope}{dot}{base}"
+
+
+def profile_compare(run: dict) -> dict[str, Any]:
+    """The profile's `compare:` section recorded in run.json (empty when absent)."""
+    prof = run.get("profile") if isinstance(run.get("profile"), dict) else {}
+    sec = prof.get("compare") if isinstance(prof, dict) else None
+    if isinstance(sec, dict) and isinstance(sec.get("thresholds"), dict):
+        return {**sec["thresholds"], **{k: v for k, v in sec.items() if k == "alpha"}}
+    return sec if isinstance(sec, dict) else {}
+
+
+def resolve_thresholds(run_a: dict, run_b: dict, flags: dict | None) -> dict[str, float]:
+    """Defaults, then the profile's `compare` section (A's, then B's on top), then flags."""
+    out = dict(DEFAULT_THRESHOLDS)
+    for run in (run_a, run_b):
+        for k, v in profile_compare(run).items():
+            if k == "alpha":
+                continue
+            try:
+                name, val = _metric_name(str(k)), _pct(v)
+            except (TypeError, ValueError):
+                continue
+            out[name] = val
+            scope, dot, base = name.rpartition(".")
+            shift = _SHIFT_OF.get(base)
+            if shift and not any(
+                _metric_name(str(x)) == f"{scope}{dot}{shift}" for x in profile_compare(run)
+            ):
+                out[f"{scope}{dot}{shift}"] = val
+    for k, v in (flags or {}).items():
+        name = _metric_name(k)
+        if v is None:
+            out.pop(name, None)
+        else:
+            out[name] = _pct(v)
+    for k in list(out):
+        if k.split(".")[-1] not in METRICS:
+            raise CompareError(
+                f"unknown threshold metric {k!r}; known: {', '.join(sorted(METRICS))}"
+            )
+    return out
+
+
+def explicit_gates(flags: dict | None) -> set[str]:
+    """Threshold keys a flag set (normalised): those percentiles gate even when runs pair."""
+    return {_metric_name(k) for k, v in (flags or {}).items() if v is not None}
+
+
+def is_explicit(explicit: set[str], scope: str, metric: str) -> bool:
+    """Whether a flag named this metric for this scope (overall, or the class of a class row)."""
+    if scope == "overall":
+        return metric in explicit or f"overall.{metric}" in explicit
+    cls = scope.split(":", 1)[1] if scope.startswith("class:") else None
+    return metric in explicit or (cls is not None and f"{cls}.{metric}" in explicit)
+
+
+def threshold_for(thresholds: dict[str, float], scope: str, metric: str) -> float | None:
+    """The threshold of `metric` in `scope`: the scoped key first, then the plain one."""
+    cls = scope.split(":", 1)[1] if scope.startswith("class:") else None
+    if scope == "overall" and f"overall.{metric}" in thresholds:
+        return thresholds[f"overall.{metric}"]
+    if cls is not None and f"{cls}.{metric}" in thresholds:
+        return thresholds[f"{cls}.{metric}"]
+    return thresholds.get(metric)
+
+
+def parse_threshold_flags(items: list[str]) -> dict[str, float | None]:
+    """`metric=10` (percent / pp) or `metric=off` -> thresholds dict."""
+    out: dict[str, float | None] = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        if not sep or not k.strip():
+            raise CompareError(f"--threshold {it!r}: expected METRIC=PERCENT (e.g. ttft_p95=10)")
+        if v.strip().lower() in ("off", "none", ""):
+            out[k.strip()] = None
+            continue
+        try:
+            out[k.strip()] = _pct(v)
+        except ValueError:
+            raise CompareError(f"--threshold {it!r}: {v!r} is not a number") from None
+    return out

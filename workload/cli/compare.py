@@ -1,0 +1,46 @@
+"""`agentload compare RUN_A RUN_B`: the verdict on the console, comparison.json, the HTML report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from workload.analyze.options import QuietParser, add_verdict_options, run_cli
+from workload.analyze.thresholds import parse_threshold_flags
+from workload.analyze.verdict import compare_runs
+
+
+def compare_argparser(prog: str = "agentload compare") -> argparse.ArgumentParser:
+    """The `compare` command's options."""
+    p = QuietParser(
+        prog=prog, description="Compare two runs (A = baseline, B = candidate) with a verdict."
+    )
+    p.add_argument("run_a", type=Path, help="baseline run directory")
+    p.add_argument("run_b", type=Path, help="candidate run directory")
+    add_verdict_options(p)
+    p.add_argument("--html", type=Path, help="write the comparison report here")
+    p.add_argument("--json", type=Path, help="write comparison.json here")
+    return p
+
+
+def main_compare(argv: list[str]) -> int:
+    """`agentload compare RUN_A RUN_B`: print the verdict, exit 0 pass / 3 regression / 2 bad input."""
+
+    def body(args: argparse.Namespace) -> int:
+        cmp = compare_runs(
+            args.run_a, args.run_b, parse_threshold_flags(args.threshold),
+            confidence=args.confidence, n_boot=args.n_boot,
+        )  # fmt: skip
+        print(cmp.render_text())
+        if args.json:
+            from workload.measure.artifacts import write_json
+
+            write_json(args.json, cmp.to_dict())
+        if args.html:
+            from workload.report.compare_report import write_compare_report
+
+            write_compare_report(cmp, args.html)
+            print(f"report: {args.html}")
+        return cmp.exit_code
+
+    return run_cli("compare", compare_argparser(), argv, body)

@@ -1,0 +1,112 @@
+"""The HTML report of a comparison: verdict and fingerprint diff on top, then A and B overlaid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workload.analyze.catalogue import VERDICT_BETTER, VERDICT_NODATA, VERDICT_WORSE, MetricDiff
+from workload.analyze.render import fmt_change, fmt_threshold, fmt_value
+from workload.analyze.verdict import Comparison
+from workload.report.run_charts import run_charts
+from workload.report.views import (
+    SUMMARY_COLUMNS,
+    fmt_num,
+    render_page,
+    run_header,
+    run_summary,
+    summary_rows,
+)
+
+
+def _metric_row(m: MetricDiff) -> dict[str, Any]:
+    css = {VERDICT_WORSE: "worse", VERDICT_BETTER: "better", VERDICT_NODATA: "nodata"}.get(
+        m.verdict, "same"
+    )
+    return {
+        "scope": m.scope,
+        "metric": m.metric,
+        "a": fmt_value(m, m.a),
+        "b": fmt_value(m, m.b),
+        "change": fmt_change(m),
+        "threshold": fmt_threshold(m),
+        "verdict": m.verdict,
+        "css": css,
+        "paired": f"{100 * m.paired_share:.0f} %",
+        "n": f"{m.n_a} / {m.n_b}",
+    }
+
+
+def write_compare_report(comparison: Comparison, out: Path) -> Path:
+    """Write the A/B report: verdict and fingerprint diff on top, then A and B overlaid."""
+    c = comparison
+    sa, sb = run_summary(c.run_a), run_summary(c.run_b)
+    classes = sorted(set(sa.get("by_class") or {}) | set(sb.get("by_class") or {})) or [
+        x for x in sorted(set(c.run_a.classes) | set(c.run_b.classes)) if x
+    ]
+    detail = [m for m in c.metrics if not m.gated and not m.scope.startswith("step:")]
+    steps = [
+        m for m in c.metrics if m.scope.startswith("step:") and m.metric in ("ttft_p50", "ttft_p95")
+    ]
+    server_names = sorted(set(c.server.get("a", {})) | set(c.server.get("b", {})))
+    server_rows = []
+    for n in server_names:
+        va, vb = c.server["a"].get(n, {}), c.server["b"].get(n, {})
+        for stat in ("delta", "mean", "max"):
+            if stat in va or stat in vb:
+                server_rows.append(
+                    (n, stat, fmt_num(va.get(stat), "{:.4g}"), fmt_num(vb.get(stat), "{:.4g}"))
+                )
+    kinds = sorted(
+        set(c.error_kinds["a"].get("overall", {})) | set(c.error_kinds["b"].get("overall", {}))
+    )
+    page = render_page(
+        title="agentload comparison",
+        header=[],
+        columns=SUMMARY_COLUMNS,
+        summary=[],
+        slo=[],
+        fingerprint=[],
+        charts=run_charts([("A", c.run_a, sa), ("B", c.run_b, sb)], classes),
+        comparison={
+            "verdict": c.verdict,
+            "verdict_css": {VERDICT_WORSE: "worse", VERDICT_BETTER: "better"}.get(
+                c.verdict, "same"
+            ),
+            "exit_code": c.exit_code,
+            "confidence": f"{100 * c.confidence:g} %",
+            "gated_count": c.gated_count,
+            "gating": c.gating,
+            "n_boot": c.n_boot,
+            "header_a": run_header(c.run_a),
+            "header_b": run_header(c.run_b),
+            "fp_diff": [
+                (
+                    d["field"],
+                    "unknown" if d["a"] is None else str(d["a"]),
+                    "unknown" if d["b"] is None else str(d["b"]),
+                    " / ".join(str(x) for x in {d.get("source_a"), d.get("source_b")} if x),
+                )
+                for d in c.fingerprint_diff
+            ],  # fmt: skip
+            "gated": [_metric_row(m) for m in c.rows(gated=True)],
+            "detail": [_metric_row(m) for m in detail],
+            "steps": [_metric_row(m) for m in steps],
+            "summary_a": summary_rows(sa),
+            "summary_b": summary_rows(sb),
+            "warnings": c.warnings,
+            "errors": [
+                (
+                    k,
+                    c.error_kinds["a"]["overall"].get(k, 0),
+                    c.error_kinds["b"]["overall"].get(k, 0),
+                )
+                for k in kinds
+            ],
+            "server": server_rows,
+        },
+    )
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out

@@ -1,0 +1,149 @@
+"""Views of a run shared by the run and the compare report: summary table, header, the page.
+
+Every string that came from a server or a run directory goes through jinja2
+autoescaping when the page is rendered.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from workload import __version__
+from workload.analyze.rundata import RunData
+
+_HERE = Path(__file__).parent
+
+
+def run_summary(data: RunData) -> dict[str, Any]:
+    """Aggregate.summary() of a run: from run.json, else stats.json, else rebuilt from the rows."""
+    s = data.run.get("summary")
+    if isinstance(s, dict) and isinstance(s.get("overall"), dict):
+        return s
+    from workload.measure.stats import Aggregate
+
+    if isinstance(data.stats, dict):
+        try:
+            return Aggregate.from_dict(data.stats).summary(data.duration_s)
+        except (ValueError, KeyError, TypeError):
+            pass
+    from workload.measure.records import RequestRecord, SessionRecord
+
+    agg = Aggregate()
+    rf, sf = set(RequestRecord.__dataclass_fields__), set(SessionRecord.__dataclass_fields__)
+    for r in data.requests:
+        agg.add_request(RequestRecord(**{k: v for k, v in r.items() if k in rf}))
+    for r in data.sessions:
+        agg.add_session(SessionRecord(**{k: v for k, v in r.items() if k in sf}))
+    return agg.summary(data.duration_s)
+
+
+def dig(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
+def fmt_ms(v: Any) -> str:
+    if not isinstance(v, (int, float)):
+        return "-"
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def fmt_pct(v: Any) -> str:
+    return f"{100 * v:.1f} %" if isinstance(v, (int, float)) else "-"
+
+
+def fmt_num(v: Any, fmt: str = "{:.2f}") -> str:
+    return fmt.format(v) if isinstance(v, (int, float)) else "-"
+
+
+SUMMARY_COLUMNS = (
+    "class", "requests", "errors", "sessions ok / finished", "TTFT p50", "TTFT p95", "TTFT p99",
+    "ITL p50", "ITL p95", "TPOT p50", "E2E p50", "E2E p95", "out tok/s", "cached", "acc. length", "draft acc.",
+)  # fmt: skip
+
+
+def summary_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """One table row per class plus overall (latencies in ms)."""
+    rows = []
+    views = list((summary.get("by_class") or {}).items()) + [
+        ("overall", summary.get("overall") or {})
+    ]
+    for name, v in views:
+        s = v.get("sessions") or {}
+        rows.append(
+            [
+                name,
+                str(v.get("requests", "-")),
+                fmt_pct(v.get("error_ratio")),
+                f"{s.get('completed', 0)} / {s.get('finished', 0)}",
+                fmt_ms(dig(v, "ttft_ms", "p50")),
+                fmt_ms(dig(v, "ttft_ms", "p95")),
+                fmt_ms(dig(v, "ttft_ms", "p99")),
+                fmt_ms(dig(v, "itl_ms", "p50")),
+                fmt_ms(dig(v, "itl_ms", "p95")),
+                fmt_ms(dig(v, "tpot_ms", "p50")),
+                fmt_ms(dig(v, "e2e_ms", "p50")),
+                fmt_ms(dig(v, "e2e_ms", "p95")),
+                fmt_num(dig(v, "throughput", "output_tokens_per_s"), "{:.1f}"),
+                fmt_pct(v.get("cached_ratio")),
+                fmt_num(dig(v, "spec_decode", "acceptance_length_token_weighted")),
+                fmt_pct(dig(v, "spec_decode", "draft_acceptance_rate")),
+            ]
+        )
+    return rows
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_HERE / "templates")),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env
+
+
+def _css() -> str:
+    return (_HERE / "static" / "report.css").read_text(encoding="utf-8")
+
+
+def run_header(data: RunData) -> list[tuple[str, str]]:
+    r = data.run
+    tgt: dict[str, Any] = r["target"] if isinstance(r.get("target"), dict) else {}
+    prof: dict[str, Any] = r["profile"] if isinstance(r.get("profile"), dict) else {}
+    items = [
+        ("run", str(r.get("run_id", data.path.name))),
+        ("started", str(r.get("started_at", "-"))),
+        ("duration", f"{data.duration_s:.0f} s" if data.duration_s else "-"),
+        ("profile", str(r.get("profile_name") or prof.get("name") or "-")),
+        ("seed", str(r.get("seed", "-"))),
+        (
+            "target",
+            str(tgt.get("url") or r.get("target") or "-") if tgt else str(r.get("target", "-")),
+        ),
+        ("model", str(r.get("model") or tgt.get("model") or "-")),
+        ("exit code", str(r.get("exit_code", "-"))),
+    ]
+    return items
+
+
+def render_page(**context: Any) -> str:
+    """The report page (templates/report.html.j2) with the stylesheet, version and time added."""
+    return (
+        _env()
+        .get_template("report.html.j2")
+        .render(
+            css=_css(),
+            version=__version__,
+            generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            **context,
+        )
+    )
