@@ -40,8 +40,8 @@ _PROFILE_NAMES = {
 
 # With paired runs these are shown (with threshold and verdict) but gate only when a
 # --threshold flag names them: between two instances of the same server on the same
-# traffic they differ by more than any within-run interval allows (README, canary section
-# "Verdict quality": per-request ITL shifts of ~10 %, and throughput -23 % / -42 %,
+# traffic they differ by more than any within-run interval allows
+# (docs/canary-verdict-quality.md: per-request ITL shifts of ~10 %, and throughput -23 % / -42 %,
 # completed sessions -26 % / -42 % and cached-ratio drops when one instance falls into a
 # KV preemption cascade). A slower server still shows in the gated ttft/e2e shifts.
 # Unpaired runs gate them as before.

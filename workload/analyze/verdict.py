@@ -1,6 +1,6 @@
 """A/B comparison of two run directories, with uncertainty and a verdict.
 
-Method (README "Canary: compare two deployments"):
+Method (docs/canary.md, "Verdict method"):
 
 * Every metric is computed from the raw rows (requests*.jsonl,
   sessions*.jsonl), per scope: overall, per traffic class, per (class, step).
@@ -20,7 +20,7 @@ Method (README "Canary: compare two deployments"):
   few requests in the tail (start-up waves, preemption cascades), which moves
   p95 by more than 10 % with no change in the server; the paired median does
   not move for that, and a real slowdown of every request moves it fully
-  (README, canary section, "Verdict quality"). When the runs pair, the percentile rows
+  (docs/canary-verdict-quality.md). When the runs pair, the percentile rows
   (p50/p95/p99) are shown with their intervals and verdicts but do not gate
   unless a flag names them (`--threshold ttft_p95=10`); when the runs do not
   pair (different seed or profile) there is no shift, and the percentiles with
