@@ -286,7 +286,7 @@ def summary_rows(summary: dict[str, Any]) -> list[list[str]]:
 
 
 def _time_series(data: RunData) -> dict[str, Any]:
-    from workload.measure.stats import time_series
+    from workload.measure.series import time_series
 
     span = data.duration_s or 60.0
     bucket = max(1.0, round(span / 60.0))  # about 60 points whatever the run length
