@@ -7,7 +7,8 @@ import json
 import pytest
 
 from tests.vllm.conftest import scrape
-from workload.measure.client import Client, PreparedRequest
+from workload.measure.client import Client
+from workload.measure.transport import PreparedRequest
 from workload.observe.server import COUNTERS, GAUGES, HISTOGRAMS, LABELLED, fingerprint, parse_metrics
 from workload.plan.tokens import ServerTokenizer
 
