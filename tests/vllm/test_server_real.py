@@ -76,7 +76,7 @@ def test_server_tokenizer_counts_match_usage(vllm_server) -> None:
 
 def test_planner_with_server_tokenizer_gives_exact_prompt_sizes(vllm_server) -> None:
     """`--tokenizer server` calibration: every planned segment is exactly its size on the server."""
-    from workload.plan.profile import load_profile
+    from workload.plan.loading import load_profile
     from workload.plan.sessions import SessionPlanner
 
     tok = ServerTokenizer(vllm_server.base_url, vllm_server.model)
