@@ -113,7 +113,8 @@ def main() -> None:
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-    from workload.measure.client import Client, PreparedRequest
+    from workload.measure.client import Client
+    from workload.measure.transport import PreparedRequest
 
     port_file = f"/tmp/agentload-bench-{os.getpid()}.port"
     child = subprocess.Popen(

@@ -7,7 +7,7 @@ import copy
 import orjson
 import pytest
 
-from workload.plan.profile import ProfileError, list_profiles, load_profile, validate_profile
+from workload.plan.loading import ProfileError, list_profiles, load_profile, validate_profile
 from workload.measure.records import RequestRecord
 from workload.plan.sessions import SessionPlanner
 from workload.plan.tokens import get_tokenizer
@@ -42,7 +42,7 @@ BASE = {
 def make(over=None, *, max_model_len=None, seed=None, model="m"):
     raw = copy.deepcopy(BASE)
     if over:
-        from workload.plan.profile import deep_merge
+        from workload.plan.loading import deep_merge
 
         raw = deep_merge(raw, over)
     return SessionPlanner(

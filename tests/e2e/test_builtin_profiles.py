@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workload.plan.profile import list_profiles
+from workload.plan.loading import list_profiles
 
 pytestmark = pytest.mark.slow
 

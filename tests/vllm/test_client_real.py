@@ -14,8 +14,9 @@ import pytest
 
 from tests.vllm.conftest import delta, scrape
 from tests.vllm.server import TOOLS
-from workload.measure.client import Client, PreparedRequest
-from workload.measure.stats import SpecDecodeStats
+from workload.measure.client import Client
+from workload.measure.transport import PreparedRequest
+from workload.measure.specdecode import SpecDecodeStats
 
 pytestmark = pytest.mark.vllm
 

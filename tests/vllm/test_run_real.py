@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.vllm.conftest import agentload, delta, read_jsonl, scrape
-from workload.plan.profile import load_profile
+from workload.plan.loading import load_profile
 
 pytestmark = pytest.mark.vllm
 

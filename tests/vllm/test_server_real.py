@@ -7,7 +7,8 @@ import json
 import pytest
 
 from tests.vllm.conftest import scrape
-from workload.measure.client import Client, PreparedRequest
+from workload.measure.client import Client
+from workload.measure.transport import PreparedRequest
 from workload.observe.server import COUNTERS, GAUGES, HISTOGRAMS, LABELLED, fingerprint, parse_metrics
 from workload.plan.tokens import ServerTokenizer
 
@@ -75,7 +76,7 @@ def test_server_tokenizer_counts_match_usage(vllm_server) -> None:
 
 def test_planner_with_server_tokenizer_gives_exact_prompt_sizes(vllm_server) -> None:
     """`--tokenizer server` calibration: every planned segment is exactly its size on the server."""
-    from workload.plan.profile import load_profile
+    from workload.plan.loading import load_profile
     from workload.plan.sessions import SessionPlanner
 
     tok = ServerTokenizer(vllm_server.base_url, vllm_server.model)

@@ -190,7 +190,7 @@ def build_run_parser(prog: str = "agentload run") -> argparse.ArgumentParser:
 
 def resolve_run(args: argparse.Namespace) -> dict:
     """Validate run options against the profile; returns the values Locust needs."""
-    from workload.plan.profile import ProfileError, load_profile
+    from workload.plan.loading import ProfileError, load_profile
 
     host = check_host(args.host) if args.host else ""
     seed = args.seed.strip()
@@ -356,7 +356,7 @@ def cmd_run(argv: list[str]) -> int:
 
 def preflight(args: argparse.Namespace, r: dict, host: str) -> None:
     """Fail fast, with one line, before Locust starts: the target and the profile's fit."""
-    from workload.plan.profile import ProfileError
+    from workload.plan.loading import ProfileError
     from workload.plan.sessions import SessionPlanner
     from workload.observe.target import SetupError, probe_target
     from workload.plan.tokens import TokenizerUnavailable, get_tokenizer
@@ -409,7 +409,7 @@ def _run_child(cmd: list[str]) -> int:
 def cmd_profiles(argv: list[str]) -> int:
     import json
 
-    from workload.plan.profile import ProfileError, list_profiles, load_profile, profile_schema
+    from workload.plan.loading import ProfileError, list_profiles, load_profile, profile_schema
 
     p = _Parser(
         prog="agentload profiles", description="List, show, validate profiles; print the schema."

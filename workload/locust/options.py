@@ -12,7 +12,7 @@ from typing import Any
 
 def builtin_profile_names() -> list[str]:
     try:
-        from workload.plan.profile import list_profiles
+        from workload.plan.loading import list_profiles
 
         return [name for name, _ in list_profiles()]
     except Exception:  # noqa: BLE001 - the form still works with a free-text profile

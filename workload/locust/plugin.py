@@ -120,7 +120,7 @@ def _next_run(opts: Any, previous: AgentRuntime) -> None:
 
 
 def _progress_loop(rt: AgentRuntime) -> None:
-    from workload.measure.stats import progress_line
+    from workload.report.console import progress_line
 
     interval = float(rt.opts.progress_interval)
     while True:

@@ -76,7 +76,7 @@ class AgentRuntime:
     def prepare(self) -> None:
         """Load the profile, find the model, build planner and client. Raises SetupError."""
         from workload.measure.client import Client
-        from workload.plan.profile import ProfileError, load_profile
+        from workload.plan.loading import ProfileError, load_profile
         from workload.plan.sessions import SessionPlanner
         from workload.plan.tokens import TokenizerUnavailable, get_tokenizer
 

@@ -17,7 +17,7 @@ log = logging.getLogger("agentload")
 
 TAB_KEY = "agents"
 
-# (row key, column title); units in the title, values as `workload.measure.stats.view_row` rounds them.
+# (row key, column title); units in the title, values as `workload.report.console.view_row` rounds them.
 COLUMNS = [
     ("scope", "Class / step"),
     ("requests", "Requests"),
@@ -64,7 +64,7 @@ def install(environment: Any) -> None:
 
 def rows_for(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Table rows: overall, each class, then each (class, step) in step order."""
-    from workload.measure.stats import step_rows, view_row
+    from workload.report.console import step_rows, view_row
 
     rows = [_row("All", summary["overall"])]
     rows += [_row(name, v) for name, v in summary.get("by_class", {}).items()]
@@ -73,7 +73,7 @@ def rows_for(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _row(label: str, view: dict[str, Any]) -> dict[str, Any]:
-    from workload.measure.stats import view_row
+    from workload.report.console import view_row
 
     goodput = (view.get("sessions") or {}).get("goodput_per_min")
     return view_row(label, view) | {"goodput": "" if goodput is None else round(goodput, 1)}

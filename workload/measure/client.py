@@ -27,21 +27,17 @@ The client trusts ``PreparedRequest.body``: re-parsing a 100k-token prompt per r
 the CPU the measurement needs. Payload builders call :func:`ensure_stream_options` so that
 streaming bodies carry ``stream_options.include_usage: true``.
 
-Transport: geventhttpclient's connection pool and raw response ``readline()``, which measured
-within ~2 ms at 200 streams here (``iter_content`` and the openai SDK did not). It works inside
-Locust (monkey-patched) and in plain threads (each thread's own gevent hub); one ``Client``
-belongs to one thread. Tests inject a fake with the small :class:`Transport` protocol.
+The transport (``workload.measure.transport``) sends the bytes and hands back lines; one
+``Client`` belongs to one thread. Tests inject a fake with the small ``Transport`` protocol.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import gevent
 import orjson
@@ -54,27 +50,16 @@ from workload.measure.records import (
     ToolCall,
 )
 from workload.measure.sse import SSEParser
+from workload.measure.transport import (
+    GeventTransport,
+    PreparedRequest,
+    Transport,
+    TransportError,
+    TransportResponse,
+)
 
 ERROR_EXCERPT_CHARS = 500
 _TERMINAL = frozenset(("timeout", "stall", "stream_reset", "cancelled", "connect"))
-
-
-@dataclass(slots=True)
-class PreparedRequest:
-    """Everything needed to send one attempt; built by payloads, id filled by the caller."""
-
-    path: str  # "/v1/chat/completions" | "/v1/completions"
-    body: bytes  # exact bytes to send (deterministic per seed)
-    stream: bool
-    endpoint: str  # "chat" | "completions"
-    request_id: str  # sent as X-Request-Id (unique per attempt, deterministic)
-    timeout_s: float = 600.0
-    stall_timeout_s: float = 60.0
-    # labels copied into the record
-    user_class: str = ""
-    session_id: str = ""
-    step: int = 0
-    attempt: int = 0
 
 
 def request_id_for(seed: int, session_id: str, step: int, attempt: int, run_tag: str = "") -> str:
@@ -92,199 +77,6 @@ def ensure_stream_options(body: dict[str, Any]) -> dict[str, Any]:
             body["stream_options"] = opts
         opts["include_usage"] = True
     return body
-
-
-# ---------------------------------------------------------------- transport protocol
-
-
-class TransportError(Exception):
-    """A transport failure already classified into a records.ERROR_KINDS kind."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-        self.detail = detail
-
-
-class TransportResponse(Protocol):
-    status: int
-    headers: Mapping[str, str]  # lower-case names
-
-    def readline(self) -> bytes:
-        """Bytes up to and including the next b"\\n" (or the rest); b"" at end of body."""
-        ...
-
-    def read(self) -> bytes:
-        """The rest of the body."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class Transport(Protocol):
-    def post(
-        self,
-        path: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        *,
-        read_timeout_s: float,
-        on_send: Callable[[], None],
-    ) -> TransportResponse:
-        """Send a POST; call ``on_send`` right before the first byte goes out (again on a
-        retry). Raises TransportError; may let gevent.Timeout / GreenletExit through."""
-        ...
-
-    def close(self) -> None: ...
-
-
-# ---------------------------------------------------------------- geventhttpclient transport
-
-
-def _make_pools():
-    from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
-
-    class _FreshMark:
-        """Remembers the socket it created last, so a reused keep-alive socket is recognised."""
-
-        last_created: Any = None
-
-        def _create_socket(self):
-            sock = super()._create_socket()  # type: ignore[misc]
-            self.last_created = sock
-            return sock
-
-    class Pool(_FreshMark, ConnectionPool):
-        pass
-
-    class SSLPool(_FreshMark, SSLConnectionPool):
-        pass
-
-    return Pool, SSLPool
-
-
-class _GeventResponse:
-    __slots__ = ("_r", "status", "headers")
-
-    def __init__(self, r: Any) -> None:
-        self._r = r
-        self.status = r.status_code
-        self.headers: Mapping[str, str] = {k.lower(): v for k, v in r.items()}
-
-    def readline(self) -> bytes:
-        from geventhttpclient.response import HTTPParseError
-
-        try:
-            return self._r.readline(b"\n")
-        except TimeoutError as e:
-            raise TransportError("stall", f"no bytes within the stall timeout ({e})") from None
-        except (HTTPParseError, OSError) as e:
-            raise TransportError("stream_reset", f"connection lost mid-body: {e!r}") from None
-
-    def read(self) -> bytes:
-        from geventhttpclient.response import HTTPParseError
-
-        try:
-            return self._r.read()
-        except TimeoutError as e:
-            raise TransportError("stall", f"no bytes within the read timeout ({e})") from None
-        except (HTTPParseError, OSError) as e:
-            raise TransportError("stream_reset", f"connection lost mid-body: {e!r}") from None
-
-    def close(self) -> None:
-        # returns the socket to the pool if the body was read to the end, else closes it
-        self._r.release()
-
-
-class GeventTransport:
-    """Keep-alive connection pool over geventhttpclient; reads lines off the raw response."""
-
-    MAX_SEND_ATTEMPTS = 3  # a reused keep-alive socket the server closed meanwhile is retried
-
-    def __init__(
-        self, base_url: str, *, connect_timeout_s: float = 10.0, concurrency: int = 1000
-    ) -> None:
-        from geventhttpclient.url import URL
-
-        url = URL(base_url)
-        if url.scheme not in ("http", "https"):
-            raise ValueError(f"base URL must be http:// or https://, got {base_url!r}")
-        self._prefix = url.path.rstrip("/")
-        port = url.port or (443 if url.scheme == "https" else 80)
-        host = url.host
-        host_hdr = f"[{host}]" if ":" in host else host
-        if port not in (80, 443):
-            host_hdr += f":{port}"
-        self._host_header = host_hdr
-        Pool, SSLPool = _make_pools()
-        common = dict(size=concurrency, connection_timeout=connect_timeout_s, network_timeout=60.0)
-        if url.scheme == "https":
-            self._pool = SSLPool(host, port, host, port, ssl_options={}, **common)
-        else:
-            self._pool = Pool(host, port, host, port, **common)
-
-    def post(
-        self,
-        path: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        *,
-        read_timeout_s: float,
-        on_send: Callable[[], None],
-    ) -> TransportResponse:
-        from geventhttpclient.response import (
-            HTTPConnectionClosed,
-            HTTPParseError,
-            HTTPSocketPoolResponse,
-        )
-
-        lines = [f"POST {self._prefix}{path} HTTP/1.1", f"Host: {self._host_header}"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        lines.append(f"Content-Length: {len(body)}")
-        wire = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-        pool = self._pool
-        for attempt in range(self.MAX_SEND_ATTEMPTS):
-            last = attempt == self.MAX_SEND_ATTEMPTS - 1
-            try:
-                sock = pool.get_socket()
-            except (OSError, RuntimeError) as e:
-                raise TransportError("connect", repr(e)) from None
-            reused = sock is not pool.last_created
-            try:
-                sock.settimeout(read_timeout_s)
-                on_send()
-                sock.sendall(wire)
-            except OSError as e:
-                pool.release_socket(sock)
-                if reused and not last and e.errno in (errno.EPIPE, errno.ECONNRESET):
-                    continue
-                raise TransportError(
-                    "stream_reset", f"connection lost while sending: {e!r}"
-                ) from None
-            except BaseException:
-                pool.release_socket(sock)
-                raise
-            try:  # reads the status line and headers; releases the socket itself on failure
-                r = HTTPSocketPoolResponse(sock, pool, method="POST")
-            except HTTPConnectionClosed as e:
-                if reused and not last:
-                    continue
-                raise TransportError(
-                    "stream_reset", f"closed before response headers: {e}"
-                ) from None
-            except TimeoutError as e:
-                raise TransportError("stall", f"no response headers in time ({e})") from None
-            except HTTPParseError as e:
-                raise TransportError("bad_response", f"not an HTTP response: {e}") from None
-            except OSError as e:
-                raise TransportError(
-                    "stream_reset", f"connection lost before headers: {e!r}"
-                ) from None
-            return _GeventResponse(r)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def close(self) -> None:
-        self._pool.close()
 
 
 # ---------------------------------------------------------------- measurement

@@ -37,10 +37,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from workload.plan.payloads import PATHS, BodyOptions, build_body
-from workload.plan.profile import Profile, ProfileError, TrafficClass
-from workload.plan.prompts import PromptSynth, stable_key, synth_for
 from workload.measure.records import STATUS_CANCELLED, RequestRecord
+from workload.measure.transport import PreparedRequest
+from workload.plan.payloads import PATHS, BodyOptions, build_body
+from workload.plan.loading import ProfileError
+from workload.plan.profile import Profile, TrafficClass
+from workload.plan.prompts import PromptSynth, stable_key, synth_for
 from workload.plan.tokens import Tokenizer
 
 MSG_OVERHEAD = 8  # chat-template tokens per message, a generous allowance
@@ -124,10 +126,8 @@ class StepRequest:
         return self._body
 
     @property
-    def request(self) -> Any:
-        """A fresh ``workload.measure.client.PreparedRequest`` (request_id "" for the caller to fill)."""
-        from workload.measure.client import PreparedRequest
-
+    def request(self) -> PreparedRequest:
+        """A fresh ``PreparedRequest`` (request_id "" for the caller to fill)."""
         return PreparedRequest(
             path=self.path,
             body=self.body,

@@ -59,7 +59,7 @@ def finalize_run(rt: Any) -> int:
     """Write the run's summary artifacts from a finished runtime; return the exit code."""
     from workload.observe import server
     from workload.measure import slo
-    from workload.measure import stats
+    from workload.report.console import console_table
 
     out = Path(rt.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -125,7 +125,7 @@ def finalize_run(rt: Any) -> int:
         write_run_report(out)
     except Exception as e:  # noqa: BLE001 - the report must never lose the measurements
         log.warning("agentload: report.html not written: %s", e)
-    print(stats.console_table(summary), flush=True)
+    print(console_table(summary), flush=True)
     if spec_check and spec_check["draft_tokens"]["server"]:
         print(_spec_line(spec_check), flush=True)
     for r in slo_results:

@@ -1,0 +1,31 @@
+from tests.stats_builders import build, random_records
+from workload.measure.stats import Aggregate
+from workload.report.console import console_table, progress_line, step_rows, view_row
+
+
+def test_console_table_lists_classes_and_overall():
+    reqs, sessions = random_records(5, 60)
+    text = console_table(build(reqs, sessions).summary())
+    lines = text.splitlines()
+    assert lines[0].startswith("class")
+    for name in ("agent", "batch", "chat", "overall"):
+        assert any(line.startswith(name) for line in lines)
+    assert console_table(Aggregate().summary())  # empty run renders too
+
+
+def test_view_rows_and_progress_line():
+    reqs, sessions = random_records(6, 60)
+    agg = build(reqs, sessions)
+    summary = agg.summary()
+    row = view_row("All", summary["overall"])
+    assert row["requests"] == summary["overall"]["requests"]
+    assert isinstance(row["ttft_p95"], float) and row["sessions_ok"] != ""
+    labels = [label for label, _ in step_rows(summary)]
+    assert labels[0] == "agent #1" and all("#" in x for x in labels)
+    step_row = view_row(*step_rows(summary)[0])
+    assert step_row["sessions_ok"] == ""  # step views have no sessions
+    empty = view_row("x", Aggregate().summary()["overall"])
+    assert empty["ttft_p50"] == "" and empty["requests"] == 0
+    line = progress_line(agg, elapsed_s=12.0, users=3)
+    assert line.startswith("[    12s] users 3 | reqs 60") and "TTFT p95" in line
+    assert progress_line(summary, elapsed_s=1.0, users=0).startswith("[     1s]")

@@ -1,0 +1,262 @@
+"""GeventTransport through the client against a raw-socket HTTP server on 127.0.0.1 that
+streams with known delays: connection reuse, stalls, resets, timeouts, cancellation."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+import orjson
+import pytest
+
+from tests.client_builders import ROLE, SPEC, USAGE, chunk, final_chunk, request, sse
+from workload.measure.client import Client
+from workload.measure.transport import PreparedRequest
+
+
+class LoopbackServer:
+    """Raw-socket HTTP/1.1 server in a thread; `handler(conn, request_bytes)` scripts a reply."""
+
+    def __init__(self, handler: Callable[[socket.socket, bytes], bool]) -> None:
+        self.handler = handler
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.05)
+        self.port = self.sock.getsockname()[1]
+        self.accepts = 0
+        self.requests: list[bytes] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepts += 1
+            threading.Thread(target=self._conn, args=(conn,), daemon=True).start()
+
+    def _conn(self, conn: socket.socket) -> None:
+        conn.settimeout(5)
+        buf = b""
+        try:
+            for _ in range(100):  # requests per connection
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    k, _, v = line.partition(b":")
+                    if k.strip().lower() == b"content-length":
+                        length = int(v)
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                self.requests.append(head + b"\r\n\r\n" + buf[:length])
+                buf = buf[length:]
+                if not self.handler(conn, head):
+                    return
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(2)
+        self.sock.close()
+
+
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+
+def send_chunk(conn: socket.socket, data: bytes) -> None:
+    conn.sendall(b"%x\r\n%s\r\n" % (len(data), data))
+
+
+def streaming(content_delay_s: float, *, done=True, then: str = "end"):
+    def handler(conn, head):
+        conn.sendall(SSE_HEAD)
+        send_chunk(conn, sse(ROLE))
+        time.sleep(content_delay_s)
+        send_chunk(conn, sse(chunk({"content": "hi"})))
+        if then == "stall":
+            time.sleep(1.0)
+            return False
+        if then == "fin":
+            return False
+        if then == "rst":
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return False
+        time.sleep(0.01)
+        send_chunk(conn, sse(chunk({"content": " there"}, finish="stop")))
+        send_chunk(conn, sse(final_chunk()))
+        if done:
+            send_chunk(conn, sse("[DONE]"))
+        conn.sendall(b"0\r\n\r\n")
+        return True
+
+    return handler
+
+
+@pytest.fixture
+def server_factory():
+    servers: list[LoopbackServer] = []
+
+    def make(handler) -> LoopbackServer:
+        s = LoopbackServer(handler)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def real_request(**over) -> PreparedRequest:
+    return request(**{"timeout_s": 10.0, "stall_timeout_s": 5.0, **over})
+
+
+def test_real_stream_ttft_is_the_content_delay_and_connection_is_reused(server_factory):
+    srv = server_factory(streaming(0.2))
+    client = Client(srv.url, api_key="k")
+    try:
+        recs = [client.exchange(real_request(request_id=f"r{i}")) for i in range(2)]
+    finally:
+        client.close()
+    for rec in recs:
+        assert rec.status == "ok", rec.error_detail
+        assert rec.ttft_ms >= 200.0
+        assert rec.e2e_ms >= rec.ttft_ms + 10.0
+        assert rec.text == "hi there" and rec.spec_decode == SPEC
+        assert abs(rec.t_start - time.time()) < 60
+    assert srv.accepts == 1  # keep-alive
+    assert b"X-Request-Id: r1" in srv.requests[1]
+    assert b"Authorization: Bearer k" in srv.requests[0]
+    assert srv.requests[0].endswith(b'{"stream":true}')
+
+
+def test_real_non_stream(server_factory):
+    body = orjson.dumps(
+        {
+            "id": "x",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "yo"}}],
+            "usage": USAGE,
+        }
+    )
+
+    def handler(conn, head):
+        time.sleep(0.05)
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        return True
+
+    srv = server_factory(handler)
+    client = Client(srv.url)
+    rec = client.exchange(real_request(stream=False))
+    client.close()
+    assert rec.ok and rec.text == "yo" and rec.e2e_ms >= 50.0 and rec.ttft_ms is None
+
+
+def test_real_connect_error_on_closed_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    client = Client(f"http://127.0.0.1:{port}", connect_timeout_s=2)
+    rec = client.exchange(real_request())
+    assert (rec.status, rec.error_kind) == ("error", "connect")
+
+
+def test_real_stall(server_factory):
+    srv = server_factory(streaming(0.0, then="stall"))
+    client = Client(srv.url)
+    rec = client.exchange(real_request(stall_timeout_s=0.3))
+    client.close()
+    assert (rec.status, rec.error_kind) == ("error", "stall"), rec.error_detail
+    assert rec.ttft_ms is not None and rec.e2e_ms >= 300.0
+
+
+def test_real_timeout(server_factory):
+    srv = server_factory(streaming(0.8))
+    client = Client(srv.url)
+    rec = client.exchange(real_request(timeout_s=0.3, stall_timeout_s=5))
+    client.close()
+    assert (rec.status, rec.error_kind) == ("error", "timeout"), rec.error_detail
+    # The deadline also covers connecting, which e2e (from the first byte sent) does not:
+    # no timing bound here, only that the time until the failure was kept.
+    assert rec.e2e_ms is not None and rec.e2e_ms > 0
+
+
+@pytest.mark.parametrize("how", ["fin", "rst"])
+def test_real_stream_reset(server_factory, how):
+    srv = server_factory(streaming(0.0, then=how))
+    client = Client(srv.url)
+    rec = client.exchange(real_request())
+    client.close()
+    assert (rec.status, rec.error_kind) == ("error", "stream_reset"), rec.error_detail
+    assert rec.text == "hi"
+
+
+def test_real_missing_done(server_factory):
+    srv = server_factory(streaming(0.0, done=False))
+    client = Client(srv.url)
+    rec = client.exchange(real_request())
+    client.close()
+    assert (rec.status, rec.error_kind) == ("error", "missing_done"), rec.error_detail
+
+
+def test_real_http_status(server_factory):
+    def handler(conn, head):
+        body = b'{"object":"error","message":"model not found"}'
+        conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        return True
+
+    srv = server_factory(handler)
+    client = Client(srv.url)
+    rec = client.exchange(real_request())
+    client.close()
+    assert (rec.error_kind, rec.http_status) == ("http_status", 404)
+    assert "model not found" in rec.error_detail
+
+
+def test_real_server_closing_idle_keepalive_is_not_an_error(server_factory):
+    srv = server_factory(lambda conn, head: streaming(0.0)(conn, head) and False)
+    client = Client(srv.url)
+    first = client.exchange(real_request())
+    time.sleep(0.05)
+    second = client.exchange(real_request())
+    client.close()
+    assert first.ok and second.ok, (first.error_detail, second.error_detail)
+
+
+def test_real_cancel_by_greenlet_kill_releases_the_connection(server_factory):
+    import gevent
+
+    srv = server_factory(streaming(0.5))
+    client = Client(srv.url, concurrency=1)  # a leaked connection would block the next request
+    g = gevent.spawn(client.exchange, real_request())
+    gevent.sleep(0.2)
+    g.kill(block=True, timeout=5)
+    rec = g.value
+    assert (rec.status, rec.error_kind) == ("cancelled", "cancelled")
+    srv2_rec = client.exchange(real_request(timeout_s=5))
+    client.close()
+    assert srv2_rec.ok, srv2_rec.error_detail

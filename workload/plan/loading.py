@@ -1,0 +1,239 @@
+"""Loading profiles: built-in names or files, ``extends``, migrations, ``--set`` overrides.
+
+``extends: NAME_OR_PATH`` deep-merges this file over another profile (mappings
+merge key by key; lists and scalars replace). ``load_profile(..., overrides=
+["classes.agent.weight=3"])`` applies ``--set`` overrides (YAML-typed values)
+after that. Problems are collected into ``ProfileError.problems``, one line
+each naming the file, the field path and what is allowed
+(``workload.plan.profile_errors`` words pydantic's errors).
+
+Built-in profiles are the YAML files in the top-level ``profiles/`` folder, the
+only copy in the tree; the wheel ships them as the package data
+``workload.builtin_profiles``. The format itself is documented in
+``workload.plan.profile``.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.resources
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from workload.plan.profile import SCHEMA_VERSION, Profile
+from workload.plan.profile_errors import format_errors
+
+DEFAULT_PROFILE = "quickstart"
+
+# Old schema versions that still load: version -> function(raw dict) -> raw dict one
+# version newer. Empty while there is only version 1.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+class ProfileError(Exception):
+    """A profile cannot be used; ``problems`` holds one human-readable line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def _builtin_dir() -> Path:
+    """The one copy of the built-in profiles: profiles/ in a checkout, the package data
+    `workload.builtin_profiles` (the same files) in an installed wheel."""
+    tree = Path(__file__).resolve().parents[2] / "profiles"
+    if (tree / f"{DEFAULT_PROFILE}.yaml").is_file():
+        return tree
+    return Path(str(importlib.resources.files("workload.builtin_profiles")))
+
+
+def list_profiles() -> list[tuple[str, str]]:
+    """Built-in profiles as (name, description), sorted by name."""
+    out = []
+    for p in sorted(_builtin_dir().glob("*.yaml")):
+        try:
+            raw = yaml.safe_load(p.read_text()) or {}
+            desc = str(raw.get("description", "")) if isinstance(raw, dict) else ""
+        except yaml.YAMLError:
+            desc = "(unreadable)"
+        out.append((p.stem, desc))
+    return out
+
+
+def _resolve(name_or_path: str, base_dir: Path | None = None) -> Path:
+    p = Path(name_or_path)
+    if base_dir is not None and not p.is_absolute():
+        rel = base_dir / p
+        if rel.is_file():
+            return rel
+    if p.is_file():
+        return p
+    builtin = _builtin_dir() / f"{name_or_path}.yaml"
+    if "/" not in name_or_path and builtin.is_file():
+        return builtin
+    names = ", ".join(n for n, _ in list_profiles())
+    raise ProfileError(
+        [f"{name_or_path}: no such profile file or built-in profile (built-ins: {names})"]
+    )
+
+
+def _read_raw(path: Path) -> dict[str, Any]:
+    label = str(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ProfileError([f"{label}: cannot read ({e.strerror})"]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ProfileError([f"{label}:{where}: YAML syntax error: {what}"]) from None
+    if raw is None:
+        raise ProfileError([f"{label}: empty file (a profile is a YAML mapping with classes:)"])
+    if not isinstance(raw, dict):
+        raise ProfileError(
+            [f"{label}: top level is a {type(raw).__name__}, expected a mapping of profile fields"]
+        )
+    return raw
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``over`` into a copy of ``base``: mappings merge, everything else replaces."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _load_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    rp = path.resolve()
+    if rp in seen:
+        chain = " -> ".join(str(s) for s in (*seen, rp))
+        raise ProfileError([f"{path}: extends: cycle ({chain})"])
+    raw = _migrate(_read_raw(path), str(path))
+    parent = raw.get("extends")
+    if parent is None:
+        return raw
+    if not isinstance(parent, str):
+        raise ProfileError([f"{path}: extends: must be a built-in name or a file path"])
+    try:
+        base = _load_raw(_resolve(parent, path.parent), (*seen, rp))
+    except ProfileError as e:
+        raise ProfileError([f"{path}: extends: {p}" for p in e.problems]) from None
+    merged = deep_merge(base, raw)
+    merged["extends"] = parent
+    return merged
+
+
+def _migrate(raw: dict[str, Any], label: str) -> dict[str, Any]:
+    v = raw.get("schema_version", SCHEMA_VERSION)
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ProfileError(
+            [f"{label}: schema_version: must be an integer (current: {SCHEMA_VERSION})"]
+        )
+    if v > SCHEMA_VERSION:
+        raise ProfileError(
+            [
+                f"{label}: schema_version: {v} is newer than this agentload understands "
+                f"({SCHEMA_VERSION}); upgrade agentload"
+            ]
+        )
+    while v < SCHEMA_VERSION:
+        step = MIGRATIONS.get(v)
+        if step is None:
+            raise ProfileError(
+                [
+                    f"{label}: schema_version: {v} is no longer supported; migrate it to "
+                    f"{SCHEMA_VERSION} (see README.md, 'Schema versions') and set "
+                    f"schema_version: {SCHEMA_VERSION}"
+                ]
+            )
+        raw = step(dict(raw))
+        v += 1
+        raw["schema_version"] = v
+    return raw
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply ``path.to.field=value`` overrides (value parsed as YAML) to a raw profile."""
+    out = copy.deepcopy(raw)
+    problems = []
+    for ov in overrides:
+        path, eq, text = ov.partition("=")
+        if not eq or not path.strip():
+            problems.append(f"--set {ov}: expected path.to.field=value")
+            continue
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            value = text
+        keys = path.strip().split(".")
+        node: Any = out
+        ok = True
+        for i, k in enumerate(keys[:-1]):
+            if isinstance(node, list):
+                if not k.isdigit() or int(k) >= len(node):
+                    problems.append(f"--set {ov}: {'.'.join(keys[: i + 1])}: no such list index")
+                    ok = False
+                    break
+                node = node[int(k)]
+            elif isinstance(node, dict):
+                if not isinstance(node.get(k), (dict, list)):
+                    node[k] = {}
+                node = node[k]
+            else:
+                ok = False
+                problems.append(f"--set {ov}: {'.'.join(keys[:i])} is not a mapping")
+                break
+        if not ok:
+            continue
+        last = keys[-1]
+        if isinstance(node, list):
+            if last.isdigit() and int(last) < len(node):
+                node[int(last)] = value
+            else:
+                problems.append(f"--set {ov}: {path}: no such list index")
+        else:
+            node[last] = value
+    if problems:
+        raise ProfileError(problems)
+    return out
+
+
+def load_profile(name_or_path: str = DEFAULT_PROFILE, overrides: Iterable[str] = ()) -> Profile:
+    """Load, merge (extends), override (--set) and validate a profile; raises ProfileError."""
+    path = _resolve(name_or_path)
+    raw = _load_raw(path)
+    raw = apply_overrides(raw, overrides)
+    if isinstance(raw, dict) and not raw.get("name"):
+        raw["name"] = path.stem
+    return validate_profile(raw, label=str(path))
+
+
+def validate_profile(raw: Any, label: str = "<profile>") -> Profile:
+    """Validate a raw mapping into a Profile; raises ProfileError with every problem."""
+    if not isinstance(raw, dict):
+        raise ProfileError([f"{label}: expected a mapping of profile fields"])
+    raw = _migrate(raw, label)
+    try:
+        prof = Profile.model_validate(raw)
+    except ValidationError as e:
+        raise ProfileError([f"{label}: {line}" for line in format_errors(e)]) from None
+    problems = prof.check()
+    if problems:
+        raise ProfileError([f"{label}: {p}" for p in problems])
+    return prof
+
+
+def profile_schema() -> dict[str, Any]:
+    """JSON Schema of the profile format (printed by `agentload profiles schema`)."""
+    return Profile.model_json_schema()

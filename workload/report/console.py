@@ -1,0 +1,121 @@
+"""Console and web-UI text from a stats summary: the run table, progress lines, table rows.
+
+Latencies arrive in milliseconds (``Aggregate.summary()``); they are rounded only here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from workload.measure.stats import Aggregate
+
+
+def _ms(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def console_table(summary: Mapping[str, Any]) -> str:
+    """A compact plain-text table: one row per class and one overall."""
+    header = (
+        "class",
+        "reqs",
+        "err%",
+        "sess ok/fin",
+        "TTFT p50",
+        "TTFT p95",
+        "ITL p95",
+        "E2E p95",
+        "out tok/s",
+        "cached",
+        "acc.len",
+    )
+    rows = [header]
+    views = list((summary.get("by_class") or {}).items()) + [("overall", summary["overall"])]
+    for name, v in views:
+        s = v.get("sessions") or {}
+        spec = v.get("spec_decode") or {}
+        tps = (v.get("throughput") or {}).get("output_tokens_per_s")
+        acc = spec.get("acceptance_length_token_weighted")
+        rows.append(
+            (
+                name,
+                str(v["requests"]),
+                _pct(v.get("error_ratio")),
+                f"{s.get('completed', 0)}/{s.get('finished', 0)}",
+                _ms(v["ttft_ms"].get("p50")),
+                _ms(v["ttft_ms"].get("p95")),
+                _ms(v["itl_ms"].get("p95")),
+                _ms(v["e2e_ms"].get("p95")),
+                "-" if tps is None else f"{tps:.1f}",
+                _pct(v.get("cached_ratio")),
+                "-" if acc is None else f"{acc:.2f}",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = []
+    for j, r in enumerate(rows):
+        cells = [r[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n(latencies in ms)"
+
+
+def _r(x: float | None, nd: int = 1) -> float | str:
+    return "" if x is None else round(x, nd)
+
+
+def view_row(label: str, view: Mapping[str, Any]) -> dict[str, Any]:
+    """One table row (web UI "Agents" tab) from a view summary; blanks where there is no data."""
+    spec = view.get("spec_decode") or {}
+    sessions = view.get("sessions")
+    return {
+        "scope": label,
+        "requests": view.get("requests", 0),
+        "errors": view.get("errors", 0),
+        "ttft_p50": _r(view["ttft_ms"].get("p50")),
+        "ttft_p95": _r(view["ttft_ms"].get("p95")),
+        "itl_p95": _r(view["itl_ms"].get("p95")),
+        "tpot_p50": _r(view["tpot_ms"].get("p50")),
+        "e2e_p95": _r(view["e2e_ms"].get("p95")),
+        "cached_ratio": _r(view.get("cached_ratio"), 3),
+        "accept_len": _r(spec.get("acceptance_length_token_weighted"), 2),
+        "draft_accept": _r(spec.get("draft_acceptance_rate"), 3),
+        "sessions_ok": sessions["completed"] if sessions else "",
+        "sessions_failed": sessions["failed"] + sessions["tool_loop_failure"] if sessions else "",
+        "tool_loop_failures": view.get("tool_loop_failures", 0),
+    }
+
+
+def step_rows(summary: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(label, view) for every (class, step) view, labelled "class #step", in step order."""
+    out = []
+    for cls, by_step in (summary.get("by_step") or {}).items():
+        for step in sorted(by_step, key=int):
+            out.append((f"{cls} #{step}", by_step[step]))
+    return out
+
+
+def progress_line(agg: Aggregate | Mapping[str, Any], *, elapsed_s: float, users: int) -> str:
+    """One console line for headless runs: totals so far, overall latency tails, throughput."""
+    if isinstance(agg, Aggregate):
+        v = agg.overall.summary(elapsed_s, with_sessions=True)
+    else:
+        v = agg["overall"]
+    s = v["sessions"]
+    tps = (v.get("throughput") or {}).get("output_tokens_per_s")
+    return (
+        f"[{elapsed_s:6.0f}s] users {users} | reqs {v['requests']} ok {v['ok']} "
+        f"err {_pct(v.get('error_ratio'))} | sessions {s['completed']}/{s['finished']} done | "
+        f"TTFT p95 {_ms(v['ttft_ms'].get('p95'))} ms | ITL p95 {_ms(v['itl_ms'].get('p95'))} ms | "
+        f"out {'-' if tps is None else f'{tps:.0f}'} tok/s"
+    )
