@@ -12,7 +12,7 @@ from workload.report.views import dig
 
 
 def _time_series(data: RunData) -> dict[str, Any]:
-    from workload.measure.stats import time_series
+    from workload.measure.series import time_series
 
     span = data.duration_s or 60.0
     bucket = max(1.0, round(span / 60.0))  # about 60 points whatever the run length
