@@ -932,7 +932,7 @@ def metric_series(rows: list[dict[str, Any]]) -> dict[str, list[tuple[float, flo
                 continue  # a failed scrape
             data = {k: v for k, v in row.items() if k not in _TIME_KEYS}
         if any(g in data for g in ("gauges", "counters", "labelled")):
-            # workload.observe.server.parse_metrics shape; histograms and cache config are not series
+            # workload.observe.metrics.parse_metrics shape; histograms and cache config are not series
             data = {
                 **(data.get("gauges") or {}),
                 **(data.get("counters") or {}),
