@@ -4,7 +4,12 @@ import json
 from pathlib import Path
 
 from tests.fake_vllm import FakeVLLM, js, text
-from workload.observe.fingerprint import fingerprint, fingerprint_diff
+from workload.observe.fingerprint import (
+    fingerprint,
+    fingerprint_diff,
+    flatten_fingerprint,
+    run_fingerprint_diff,
+)
 from workload.observe.metrics import CACHE_CONFIG, parse_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -181,3 +186,46 @@ def test_fingerprint_real_vllm():
     assert fp["model_runner"] == {"value": "V1", "source": "server log"}
     assert fp["vllm_use_v2_model_runner"] == {"value": "unknown", "source": None}
     assert fp["_probes"]["/server_info"] == "HTTP 404"
+
+
+def test_flatten_fingerprint_spreads_dict_values_into_fields():
+    fp = {
+        "server_version": {"value": "0.32.0", "source": "/version"},
+        "cache_config": {"value": {"block_size": "16"}, "source": "/metrics cache_config_info"},
+        "_probes": {"/version": "ok"},
+    }
+    assert flatten_fingerprint(fp) == {
+        "server_version": ("0.32.0", "/version"),
+        "cache_config.block_size": ("16", "/metrics cache_config_info"),
+        "_probes./version": ("ok", None),
+    }
+
+
+def test_run_fingerprint_diff_rows():
+    a = {
+        "fingerprint": {"server_version": {"value": "0.32.0", "source": "/version"}},
+        "labels": {"runner": "v1"},
+        "target": {"model": "m", "max_model_len": 4096},
+    }
+    b = {
+        "fingerprint": {"server_version": {"value": "0.33.0", "source": "server log"}},
+        "labels": {"runner": "v1"},
+        "target": {"model": "m", "max_model_len": 8192},
+    }
+    assert run_fingerprint_diff(a, a) == []
+    assert run_fingerprint_diff(a, b) == [
+        {
+            "field": "fingerprint.server_version",
+            "a": "0.32.0",
+            "b": "0.33.0",
+            "source_a": "/version",
+            "source_b": "server log",
+        },
+        {
+            "field": "target.max_model_len",
+            "a": 4096,
+            "b": 8192,
+            "source_a": "run",
+            "source_b": "run",
+        },
+    ]

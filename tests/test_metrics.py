@@ -13,6 +13,7 @@ from workload.observe.metrics import (
     parse_metrics,
     read_samples,
     scrape_summary,
+    series_from_samples,
     spec_decode_crosscheck,
 )
 
@@ -211,3 +212,21 @@ def test_read_samples_skips_torn_and_blank_lines(tmp_path):
     path.write_text('{"t": 1.0, "error": "x"}\n\n{"t": 2.0, "values": {}}\n[1]\n{"t": 3.0, "val')
     assert read_samples(path) == [{"t": 1.0, "error": "x"}, {"t": 2.0, "values": {}}]
     assert read_samples(tmp_path / "absent.jsonl") == []
+
+
+def test_series_from_samples_sums_labels_and_skips_failed_scrapes():
+    rows = [
+        sample(END, 2.0),
+        {"t": 1.5, "error": "ConnectionRefusedError"},
+        sample(START, 1.0),
+        {"ts": 3.0, "metrics": {"foreign_gauge": 4, "flag": True}},
+        {"no_time": 1},
+    ]
+    series = series_from_samples(rows)
+    running = series["vllm:num_requests_running"]
+    assert [t for t, _ in running] == [1.0, 2.0]  # sorted by time, the failed scrape left out
+    per_pos = series["vllm:spec_decode_num_accepted_tokens_per_pos_total"]
+    end = parse_metrics(END)["labelled"]["vllm:spec_decode_num_accepted_tokens_per_pos_total"]
+    assert per_pos[-1] == (2.0, sum(end.values()))  # label sets summed
+    assert series["foreign_gauge"] == [(3.0, 4.0)]
+    assert "flag" not in series and "vllm:time_to_first_token_seconds" not in series

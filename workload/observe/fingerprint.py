@@ -216,3 +216,54 @@ def fingerprint_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, tu
         if va != vb:
             out[key] = (va, vb)
     return out
+
+
+def flatten_fingerprint(d: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """Fingerprint leaves: dotted path -> (value, source); a dict value shows as its fields."""
+    out: dict[str, tuple[Any, Any]] = {}
+    if isinstance(d, dict) and "value" in d and set(d) <= {"value", "source", "detail", "unit"}:
+        v, src = d.get("value"), d.get("source")
+        if isinstance(v, dict):
+            # e.g. cache_config: compare and show the fields, not one long dict
+            for k, sub in v.items():
+                out[f"{prefix}.{k}"] = (sub, src)
+        else:
+            out[prefix] = (v, src)
+    elif isinstance(d, dict):
+        for k, v in d.items():
+            out.update(flatten_fingerprint(v, f"{prefix}.{k}" if prefix else str(k)))
+    else:
+        out[prefix] = (d, None)
+    return out
+
+
+def run_fingerprint_diff(
+    run_a: Mapping[str, Any], run_b: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Rows ``{field, a, b, source_a, source_b}`` for what differs between two run.json
+    dicts: their `fingerprint` and `labels` leaves (see ``flatten_fingerprint``) and the
+    target's model and max_model_len."""
+    rows = []
+    for section in ("fingerprint", "labels"):
+        fa = flatten_fingerprint(run_a.get(section) or {})
+        fb = flatten_fingerprint(run_b.get(section) or {})
+        for k in sorted(set(fa) | set(fb)):
+            va, sa = fa.get(k, (None, None))
+            vb, sb = fb.get(k, (None, None))
+            if va != vb:
+                rows.append(
+                    {"field": f"{section}.{k}", "a": va, "b": vb, "source_a": sa, "source_b": sb}
+                )
+    ta, tb = run_a.get("target") or {}, run_b.get("target") or {}
+    for k in ("model", "max_model_len"):
+        if ta.get(k) != tb.get(k):
+            rows.append(
+                {
+                    "field": f"target.{k}",
+                    "a": ta.get(k),
+                    "b": tb.get(k),
+                    "source_a": "run",
+                    "source_b": "run",
+                }
+            )
+    return rows

@@ -228,6 +228,57 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+_TIME_KEYS = ("t", "ts", "time", "wall", "timestamp", "t_wall")
+
+
+def series_from_samples(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """metrics.jsonl rows -> {metric name: [(unix time, value)]}, label sets summed, sorted by time.
+
+    Reads our samples (``values`` = ``parse_metrics`` shape; histograms and cache config are
+    not series) and flatter foreign rows (``metrics`` / ``samples`` / top-level numbers,
+    time under one of ``_TIME_KEYS``); failed scrapes are skipped."""
+    series: dict[str, list[tuple[float, float]]] = {}
+
+    def add(t: float, name: str, v: Any) -> None:
+        if isinstance(v, bool):
+            return
+        if isinstance(v, (int, float)):
+            acc[name] = acc.get(name, 0.0) + float(v)
+        elif isinstance(v, dict):
+            if "value" in v and isinstance(v["value"], (int, float)):
+                acc[name] = acc.get(name, 0.0) + float(v["value"])
+            else:
+                for sub in v.values():
+                    add(t, name, sub)
+        elif isinstance(v, list):
+            for sub in v:
+                add(t, name, sub)
+
+    for row in rows:
+        t = next((row[k] for k in _TIME_KEYS if isinstance(row.get(k), (int, float))), None)
+        if t is None:
+            continue
+        data = row.get("values", row.get("metrics", row.get("samples")))
+        if not isinstance(data, dict):
+            if "error" in row:
+                continue  # a failed scrape
+            data = {k: v for k, v in row.items() if k not in _TIME_KEYS}
+        if any(g in data for g in ("gauges", "counters", "labelled")):
+            data = {
+                **(data.get("gauges") or {}),
+                **(data.get("counters") or {}),
+                **(data.get("labelled") or {}),
+            }
+        acc: dict[str, float] = {}
+        for k, v in data.items():
+            add(float(t), str(k), v)
+        for k, v in acc.items():
+            series.setdefault(k, []).append((float(t), v))
+    for v in series.values():
+        v.sort()
+    return series
+
+
 def _delta(first: float | None, last: float | None) -> float | None:
     if first is None or last is None:
         return None
