@@ -154,7 +154,7 @@ def write_run(path: Path, spec: RunSpec | None = None, **overrides: Any) -> Path
             mw.write(
                 {
                     "t": t0 + 5 * k,
-                    # workload.observe.server.MetricsScraper sample shape
+                    # workload.observe.metrics.MetricsScraper sample shape
                     "values": {
                         "gauges": {
                             "vllm:kv_cache_usage_perc": 0.3 + 0.4 * k / (spec.duration_s / 5),

@@ -7,8 +7,8 @@ import copy
 import orjson
 import pytest
 
-from workload.plan.loading import ProfileError, list_profiles, load_profile, validate_profile
 from workload.measure.records import RequestRecord
+from workload.plan.loading import ProfileError, list_profiles, load_profile, validate_profile
 from workload.plan.sessions import SessionPlanner
 from workload.plan.tokens import get_tokenizer
 

@@ -78,7 +78,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 def wait_idle(server: Any, timeout_s: float = 60.0) -> None:
     """Until the server has nothing running or waiting (its counters are then final)."""
-    from workload.observe.server import parse_metrics
+    from workload.observe.metrics import parse_metrics
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -91,7 +91,7 @@ def wait_idle(server: Any, timeout_s: float = 60.0) -> None:
 
 def scrape(server: Any) -> dict[str, Any]:
     """parse_metrics() of the server's /metrics once it is idle."""
-    from workload.observe.server import parse_metrics
+    from workload.observe.metrics import parse_metrics
 
     wait_idle(server)
     return parse_metrics(server.metrics_text())

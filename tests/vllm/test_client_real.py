@@ -15,8 +15,8 @@ import pytest
 from tests.vllm.conftest import delta, scrape
 from tests.vllm.server import TOOLS
 from workload.measure.client import Client
-from workload.measure.transport import PreparedRequest
 from workload.measure.specdecode import SpecDecodeStats
+from workload.measure.transport import PreparedRequest
 
 pytestmark = pytest.mark.vllm
 

@@ -1,4 +1,4 @@
-"""workload.observe.server and workload.plan.tokens against the real vLLM: fingerprint, /metrics, /tokenize."""
+"""workload.observe (fingerprint, metrics) and workload.plan.tokens against the real vLLM: fingerprint, /metrics, /tokenize."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from tests.vllm.conftest import scrape
 from workload.measure.client import Client
 from workload.measure.transport import PreparedRequest
-from workload.observe.server import COUNTERS, GAUGES, HISTOGRAMS, LABELLED, fingerprint, parse_metrics
+from workload.observe.fingerprint import fingerprint
+from workload.observe.metrics import COUNTERS, GAUGES, HISTOGRAMS, LABELLED, parse_metrics
 from workload.plan.tokens import ServerTokenizer
 
 pytestmark = pytest.mark.vllm

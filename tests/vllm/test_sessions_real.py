@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from workload.measure.client import Client
-from workload.plan.loading import load_profile
 from workload.measure.records import RequestRecord
+from workload.plan.loading import load_profile
 from workload.plan.sessions import SessionPlanner
 from workload.plan.tokens import ServerTokenizer
 

@@ -74,12 +74,7 @@ from workload.analyze.catalogue import (
 from workload.analyze.estimate import scope_metrics
 from workload.analyze.render import render_text as _render_text
 from workload.analyze.rundata import RunData, load_run
-from workload.analyze.serverinfo import (
-    error_kinds,
-    fingerprint_diff,
-    server_summary,
-    spec_histogram,
-)
+from workload.analyze.serverinfo import error_kinds, server_summary, spec_histogram
 from workload.analyze.thresholds import (
     PAIRED_REPORT_ONLY,
     explicit_gates,
@@ -88,6 +83,7 @@ from workload.analyze.thresholds import (
     resolve_thresholds,
     threshold_for,
 )
+from workload.observe.fingerprint import fingerprint_diff
 
 
 @dataclass

@@ -12,7 +12,6 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from workload import __version__
-
 from workload.measure import artifacts
 
 EXIT_BAD_INPUT = 2
@@ -356,9 +355,9 @@ def cmd_run(argv: list[str]) -> int:
 
 def preflight(args: argparse.Namespace, r: dict, host: str) -> None:
     """Fail fast, with one line, before Locust starts: the target and the profile's fit."""
+    from workload.observe.target import SetupError, probe_target
     from workload.plan.loading import ProfileError
     from workload.plan.sessions import SessionPlanner
-    from workload.observe.target import SetupError, probe_target
     from workload.plan.tokens import TokenizerUnavailable, get_tokenizer
 
     try:

@@ -10,10 +10,10 @@ from typing import Any
 
 import gevent
 
-from workload.measure import artifacts
 from workload.locust import options as options_mod
 from workload.locust import webui
 from workload.locust.runtime import MSG_USER_DONE, AgentRuntime, argv_string
+from workload.measure import artifacts
 from workload.observe.target import SetupError
 
 log = logging.getLogger("agentload")

@@ -125,9 +125,9 @@ class AgentRuntime:
         except ProfileError as e:
             raise SetupError("; ".join(e.problems)) from None
         self.model = model
-        from workload.run.finalize import merge_slos, profile_slos
         from workload.measure.stats import Aggregate
         from workload.observe.target import parse_slo_overrides
+        from workload.run.finalize import merge_slos, profile_slos
 
         # Goodput needs each class's SLOs while requests are counted.
         self.slos = merge_slos(
@@ -156,7 +156,7 @@ class AgentRuntime:
 
     def start_observers(self) -> None:
         """Master/local: fingerprint the server and start scraping /metrics."""
-        from workload.observe import server
+        from workload.observe import fingerprint, metrics
 
         host = self.target.get("url") or self.env.host
         api_key = os.environ.get(self.opts.api_key_env or "OPENAI_API_KEY") or None
@@ -170,7 +170,7 @@ class AgentRuntime:
                     f"cannot read --server-log {self.opts.server_log}: {e.strerror}"
                 ) from None
         try:
-            self.fingerprint = server.fingerprint(
+            self.fingerprint = fingerprint.fingerprint(
                 host, api_key=api_key, labels=labels, server_log_text=log_text
             )
         except Exception as e:  # noqa: BLE001 - a fingerprint is best effort; record why
@@ -179,7 +179,7 @@ class AgentRuntime:
         interval = float(self.opts.scrape_interval or 0)
         if interval > 0:
             self.metrics_writer = artifacts.JsonlWriter(self.out_dir / "metrics.jsonl")
-            self.scraper = server.MetricsScraper(
+            self.scraper = metrics.MetricsScraper(
                 host, interval, self.metrics_writer.write, api_key=api_key
             )
             self.scraper.start()

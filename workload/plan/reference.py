@@ -26,7 +26,9 @@ from workload.plan.profile import (
 from workload.plan.profile_errors import unwrap
 
 # The marker text is what README.md carries; it names the old home of reference_markdown.
-REF_BEGIN = "<!-- BEGIN GENERATED PROFILE REFERENCE (workload.plan.reference.reference_markdown) -->"
+REF_BEGIN = (
+    "<!-- BEGIN GENERATED PROFILE REFERENCE (workload.plan.reference.reference_markdown) -->"
+)
 REF_END = "<!-- END GENERATED PROFILE REFERENCE -->"
 
 

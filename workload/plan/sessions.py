@@ -39,8 +39,8 @@ import orjson
 
 from workload.measure.records import STATUS_CANCELLED, RequestRecord
 from workload.measure.transport import PreparedRequest
-from workload.plan.payloads import PATHS, BodyOptions, build_body
 from workload.plan.loading import ProfileError
+from workload.plan.payloads import PATHS, BodyOptions, build_body
 from workload.plan.profile import Profile, TrafficClass
 from workload.plan.prompts import PromptSynth, stable_key, synth_for
 from workload.plan.tokens import Tokenizer

@@ -6,7 +6,8 @@ import math
 from typing import Any
 
 from workload.analyze.rundata import RunData
-from workload.analyze.serverinfo import metric_series, spec_histogram
+from workload.analyze.serverinfo import spec_histogram
+from workload.observe.metrics import series_from_samples
 from workload.report.charts import PALETTE, SIDE_COLORS, Chart, Series, bar_chart, line_chart
 from workload.report.views import dig
 
@@ -67,7 +68,7 @@ _RUNNING = ("vllm:num_requests_running",)
 def _server_points(
     data: RunData, names: tuple[str, ...], scale: float = 1.0
 ) -> list[tuple[float, float]]:
-    series = metric_series(data.metrics)
+    series = series_from_samples(data.metrics)
     for n in names:
         if n in series:
             t0 = series[n][0][0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workload.analyze.rundata import load_run
-from workload.analyze.serverinfo import flatten_fingerprint
+from workload.observe.fingerprint import flatten_fingerprint
 from workload.report.run_charts import run_charts
 from workload.report.views import (
     SUMMARY_COLUMNS,

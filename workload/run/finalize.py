@@ -57,8 +57,8 @@ def exit_code_for(error_ratio: float | None, max_error_ratio: float, slo_results
 
 def finalize_run(rt: Any) -> int:
     """Write the run's summary artifacts from a finished runtime; return the exit code."""
-    from workload.observe import server
     from workload.measure import slo
+    from workload.observe import metrics
     from workload.report.console import console_table
 
     out = Path(rt.out_dir)
@@ -82,9 +82,9 @@ def finalize_run(rt: Any) -> int:
     mpath = out / "metrics.jsonl"
     if mpath.exists():
         samples = list(artifacts.iter_jsonl(mpath))
-    scrape = server.scrape_summary(samples) if samples else {"absent": ["/metrics (not scraped)"]}
+    scrape = metrics.scrape_summary(samples) if samples else {"absent": ["/metrics (not scraped)"]}
     spec_check = (
-        server.spec_decode_crosscheck(summary["overall"]["spec_decode"], scrape)
+        metrics.spec_decode_crosscheck(summary["overall"]["spec_decode"], scrape)
         if samples
         else None
     )
