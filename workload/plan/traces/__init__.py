@@ -1,0 +1,34 @@
+"""Real traces: read (Mooncake, Azure, run requests), replay timing, prompts, hit ratios, fit, export."""
+
+from workload.plan.traces._blocks import BlockSynth, HitRatio, hit_ratio
+from workload.plan.traces._read import (
+    BLOCK_TOKENS,
+    FORMATS,
+    BadLine,
+    Trace,
+    TraceError,
+    TraceRequest,
+    detect_format,
+    parse_azure_timestamp,
+    read_trace,
+    write_trace,
+)
+from workload.plan.traces._schedule import detect_quantum, schedule
+
+__all__ = [
+    "BLOCK_TOKENS",
+    "FORMATS",
+    "BadLine",
+    "BlockSynth",
+    "HitRatio",
+    "Trace",
+    "TraceError",
+    "TraceRequest",
+    "detect_format",
+    "detect_quantum",
+    "hit_ratio",
+    "parse_azure_timestamp",
+    "read_trace",
+    "schedule",
+    "write_trace",
+]
