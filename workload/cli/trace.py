@@ -74,7 +74,9 @@ def _report_bad(trace) -> None:  # type: ignore[no-untyped-def]
     for b in trace.bad_lines[:SHOW_BAD]:
         print(f"agentload: skipped {b}", file=sys.stderr)
     if len(trace.bad_lines) > SHOW_BAD:
-        print(f"agentload: ... and {len(trace.bad_lines) - SHOW_BAD} more bad lines", file=sys.stderr)
+        print(
+            f"agentload: ... and {len(trace.bad_lines) - SHOW_BAD} more bad lines", file=sys.stderr
+        )
 
 
 def _summary_lines(s: dict) -> list[str]:

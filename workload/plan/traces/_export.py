@@ -166,15 +166,18 @@ def export_run(
         rows.sort(key=lambda wr: (wr[1].get("step", 0), wr[1].get("attempt", 0)))
         m = _SESSION_ID.match(sid)
         if not m or m["cls"] not in planner.classes:
-            res.skipped += [f"{w}: session id {sid!r} is not one this profile plans" for w, _ in rows]
+            res.skipped += [
+                f"{w}: session id {sid!r} is not one this profile plans" for w, _ in rows
+            ]
             continue
         sess = planner.new_session(m["cls"], int(m["u"]), int(m["s"]))
-        for i, (where, row) in enumerate(rows):
+        for i, (_where, row) in enumerate(rows):
             step = sess.next_step()
             if step is None or (step.step, step.attempt) != (row.get("step"), row.get("attempt")):
                 res.skipped += [
                     f"{w}: step {r.get('step')} attempt {r.get('attempt')} does not follow the "
-                    "re-planned session" for w, r in rows[i:]
+                    "re-planned session"
+                    for w, r in rows[i:]
                 ]
                 break
             body = step.body

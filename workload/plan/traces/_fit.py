@@ -41,8 +41,12 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "rate_rps": round((len(reqs) - 1) / dur, 4) if dur > 0 else None,
         "interarrival_cv": round(cv, 3) if cv is not None else None,
         "quantum_s": detect_quantum(t.tolist()),
-        "mean_input_tokens": round(float(np.mean([r.input_tokens for r in reqs])), 1) if reqs else None,
-        "mean_output_tokens": round(float(np.mean([r.output_tokens for r in reqs])), 1) if reqs else None,
+        "mean_input_tokens": round(float(np.mean([r.input_tokens for r in reqs])), 1)
+        if reqs
+        else None,
+        "mean_output_tokens": round(float(np.mean([r.output_tokens for r in reqs])), 1)
+        if reqs
+        else None,
         "sessions": len({r.session for r in reqs if r.session is not None}) or None,
         "ideal_hit_ratio": None,
         "ideal_hit_ratio_tokens": None,
@@ -57,13 +61,14 @@ def summarize(trace: Trace) -> dict[str, Any]:
 
 def shared_prefix_blocks(trace: Trace, share: float = 0.5) -> int:
     """Leading block positions where one id is in at least ``share`` of all requests."""
-    reqs = [r for r in trace.requests if r.hash_ids is not None]
-    if not reqs:
+    seqs = [r.hash_ids for r in trace.requests if r.hash_ids is not None]
+    if not seqs:
         return 0
     k = 0
     while True:
-        ids = Counter(r.hash_ids[k] for r in reqs if len(r.hash_ids) > k + 1)  # type: ignore[index]
-        if not ids or ids.most_common(1)[0][1] < share * len(reqs):
+        # Only blocks with another after them: a last block may be cut short.
+        ids = Counter(h[k] for h in seqs if len(h) > k + 1)
+        if not ids or ids.most_common(1)[0][1] < share * len(seqs):
             return k
         k += 1
 
@@ -99,7 +104,11 @@ def fit_profile(trace: Trace, *, name: str = "trace", seed: int = 1) -> dict[str
     min_in = min(r.input_tokens for r in trace.requests)
     system_tokens = min(shared, max(0, min_in - 1))
     turns = [r.input_tokens - system_tokens for r in trace.requests]
-    reuse = f", ideal prefix hit ratio {s['ideal_hit_ratio']:.1%}" if s["ideal_hit_ratio"] is not None else ""
+    reuse = (
+        f", ideal prefix hit ratio {s['ideal_hit_ratio']:.1%}"
+        if s["ideal_hit_ratio"] is not None
+        else ""
+    )
     raw: dict[str, Any] = {
         "schema_version": 1,
         "name": name,
@@ -123,7 +132,11 @@ def fit_profile(trace: Trace, *, name: str = "trace", seed: int = 1) -> dict[str
                     "tokens": _hist([r.output_tokens for r in trace.requests], 1),
                     "ignore_eos": True,
                 },
-                "think_time_s": {"dist": "lognormal", "mean": round(think_mean, 4), "sigma": round(sigma, 4)},
+                "think_time_s": {
+                    "dist": "lognormal",
+                    "mean": round(think_mean, 4),
+                    "sigma": round(sigma, 4),
+                },
             }
         },
     }

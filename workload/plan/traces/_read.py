@@ -156,7 +156,9 @@ def _time(row: dict[str, Any], key: str) -> float:
     return float(v)
 
 
-def _hash_ids(row: dict[str, Any], key: str, input_tokens: int, required: bool) -> tuple[int, ...] | None:
+def _hash_ids(
+    row: dict[str, Any], key: str, input_tokens: int, required: bool
+) -> tuple[int, ...] | None:
     v = row.get(key)
     if v is None and not required:
         return None
@@ -188,8 +190,12 @@ def _mooncake(row: dict[str, Any]) -> tuple[float, int, int, tuple[int, ...] | N
     inp = _int(row, "input_length", 1)
     out = _int(row, "output_length", 0)
     sess = row.get("session_id")
-    return _time(row, "timestamp") / 1000.0, inp, out, _hash_ids(row, "hash_ids", inp, True), (
-        str(sess) if sess is not None else None
+    return (
+        _time(row, "timestamp") / 1000.0,
+        inp,
+        out,
+        _hash_ids(row, "hash_ids", inp, True),
+        (str(sess) if sess is not None else None),
     )
 
 
@@ -197,8 +203,12 @@ def _agentload(row: dict[str, Any]) -> tuple[float, int, int, tuple[int, ...] | 
     inp = _int(row, "input_tokens", 1)
     out = _int(row, "output_tokens", 0)
     sess = row.get("session")
-    return _time(row, "arrival_s"), inp, out, _hash_ids(row, "hash_ids", inp, False), (
-        str(sess) if sess is not None else None
+    return (
+        _time(row, "arrival_s"),
+        inp,
+        out,
+        _hash_ids(row, "hash_ids", inp, False),
+        (str(sess) if sess is not None else None),
     )
 
 
@@ -230,7 +240,9 @@ def parse_azure_timestamp(text: str) -> float:
         digits = tz[1:].replace(":", "")
         offset = sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
     try:
-        base = _dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=_dt.timezone.utc)
+        base = _dt.datetime(
+            int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=_dt.timezone.utc
+        )
     except ValueError as e:
         raise _Bad(f"TIMESTAMP {text!r}: {e}") from None
     # Fractions kept as a separate float: datetime would round 7 digits to microseconds.
@@ -249,7 +261,9 @@ def _azure_rows(path: Path) -> Iterator[tuple[int, Any]]:
                 header = [c.strip() for c in row]
                 missing = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} - set(header)
                 if missing:
-                    raise TraceError(f"{path}:{n}: Azure CSV header lacks {', '.join(sorted(missing))}")
+                    raise TraceError(
+                        f"{path}:{n}: Azure CSV header lacks {', '.join(sorted(missing))}"
+                    )
                 continue
             if len(row) != len(header):
                 yield n, _Bad(f"{len(row)} fields, the header has {len(header)}")
