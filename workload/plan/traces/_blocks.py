@@ -41,7 +41,7 @@ class BlockSynth:
         self.tokenizer = tokenizer or get_tokenizer("tiktoken:cl100k_base")
         words = synth_for(self.tokenizer).words  # single-token " word" pieces, checked
         self.words = np.asarray(words, dtype=object)
-        self.word_ids = np.asarray([self.tokenizer.encode(w)[0] for w in words], dtype=np.int64)
+        self._word_ids: np.ndarray | None = None  # built on first token_ids() call
         self._lens = np.asarray([len(w) for w in words], dtype=np.int64)
         self.seed = seed
         self.block_tokens = block_tokens
@@ -59,7 +59,7 @@ class BlockSynth:
         idx = rng.integers(0, len(self.words), self.block_tokens)
         offs = np.zeros(self.block_tokens + 1, dtype=np.int64)
         np.cumsum(self._lens[idx], out=offs[1:])
-        b = ("".join(self.words[idx]), offs, self.word_ids[idx])
+        b = ("".join(self.words[idx]), offs, idx)
         self._cache[hash_id] = b
         if len(self._cache) > self._cache_blocks:
             self._cache.popitem(last=False)
@@ -86,10 +86,12 @@ class BlockSynth:
         """The token ids of ``prompt`` (for a /v1/completions prompt given as ids)."""
         self._check(hash_ids, input_tokens)
         last = input_tokens - self.block_tokens * (len(hash_ids) - 1)
+        if self._word_ids is None:  # one encode per word: a server tokenizer is asked only once
+            self._word_ids = np.asarray([self.tokenizer.encode(w)[0] for w in self.words])
         out: list[int] = []
         for i, h in enumerate(hash_ids):
-            ids = self._block(h)[2]
-            out.extend(ids[: last if i == len(hash_ids) - 1 else None].tolist())
+            idx = self._block(h)[2]
+            out.extend(self._word_ids[idx[: last if i == len(hash_ids) - 1 else None]].tolist())
         return out
 
     def request_prompt(self, req: TraceRequest) -> str:
