@@ -472,6 +472,12 @@ def cmd_report(argv: list[str]) -> int:
     return int(main_report(argv))
 
 
+def cmd_trace(argv: list[str]) -> int:
+    from workload.cli.trace import main_trace
+
+    return int(main_trace(argv))
+
+
 COMMANDS = {
     "run": (cmd_run, "run agent traffic against a server or the embedded simulator"),
     "canary": (cmd_canary, "run the same traffic against a baseline and a candidate, then compare"),
@@ -479,6 +485,7 @@ COMMANDS = {
     "report": (cmd_report, "write the HTML report of a run directory"),
     "profiles": (cmd_profiles, "list | show NAME | validate FILE | schema"),
     "sim": (cmd_sim, "serve the embedded vLLM simulator"),
+    "trace": (cmd_trace, "import | fit | export real request traces (Mooncake, Azure)"),
 }
 
 

@@ -1,0 +1,164 @@
+"""`agentload trace`: import, fit and export real request traces.
+
+    agentload trace import FORMAT|auto FILE [-o out.jsonl] [--limit N] [--on-bad-line skip|stop]
+    agentload trace fit FILE -o profile.yaml [--format F] [--limit N] [--on-bad-line ...]
+    agentload trace export RUN_DIR -o FILE
+
+Formats and the normalised JSONL are documented in ``workload.plan.traces``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+SHOW_BAD = 10  # bad lines printed one by one; the rest are counted
+
+
+class _Usage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _Usage(f"{self.prog}: {message}")
+
+
+def _limit(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise _Usage(f"bad --limit {text!r}: it must be a whole number") from None
+    if n < 1:
+        raise _Usage(f"bad --limit {text}: it must be at least 1")
+    return n
+
+
+def _add_read_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--limit", default=None, help="read only the first N requests")
+    p.add_argument(
+        "--on-bad-line",
+        default="skip",
+        choices=["skip", "stop"],
+        help="skip (count and report) or stop at a malformed line (default skip)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from workload.plan.traces import FORMATS
+
+    p = _Parser(prog="agentload trace", description="Import, fit and export request traces.")
+    sub = p.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    imp = sub.add_parser("import", help="read a trace, print a summary, write our JSONL")
+    imp.add_argument("format", choices=["auto", *FORMATS], help="trace format or auto")
+    imp.add_argument("file", help="trace file (or a run directory for requests)")
+    imp.add_argument("-o", "--out", default="", help="write the normalised JSONL here")
+    _add_read_options(imp)
+    fit = sub.add_parser("fit", help="fit an agentload profile to a trace")
+    fit.add_argument("file", help="trace file")
+    fit.add_argument("-o", "--out", required=True, help="profile YAML to write")
+    fit.add_argument("--format", default="auto", choices=["auto", *FORMATS])
+    fit.add_argument("--name", default="", help="profile name (default: the output file stem)")
+    _add_read_options(fit)
+    exp = sub.add_parser("export", help="write a run's requests as a Mooncake-style JSONL trace")
+    exp.add_argument("run_dir", help="run directory")
+    exp.add_argument("-o", "--out", required=True, help="trace file to write")
+    return p
+
+
+def _report_bad(trace) -> None:  # type: ignore[no-untyped-def]
+    for b in trace.bad_lines[:SHOW_BAD]:
+        print(f"agentload: skipped {b}", file=sys.stderr)
+    if len(trace.bad_lines) > SHOW_BAD:
+        print(
+            f"agentload: ... and {len(trace.bad_lines) - SHOW_BAD} more bad lines", file=sys.stderr
+        )
+
+
+def _summary_lines(s: dict) -> list[str]:
+    def f(v, fmt):  # type: ignore[no-untyped-def]
+        return "-" if v is None else format(v, fmt)
+
+    return [
+        f"trace     {s['source']} ({s['format']})",
+        f"requests  {s['requests']}",
+        f"duration  {f(s['duration_s'], '.1f')} s",
+        f"rate      {f(s['rate_rps'], '.3f')} req/s",
+        f"CV        {f(s['interarrival_cv'], '.3f')} (inter-arrival)"
+        + (f"; timestamps quantised to {s['quantum_s']:g} s" if s["quantum_s"] else ""),
+        f"input     {f(s['mean_input_tokens'], '.1f')} tokens mean",
+        f"output    {f(s['mean_output_tokens'], '.1f')} tokens mean",
+        "ideal hit "
+        + (
+            f"{s['ideal_hit_ratio']:.1%} of blocks, {s['ideal_hit_ratio_tokens']:.1%} of tokens"
+            if s["ideal_hit_ratio"] is not None
+            else "- (no hash ids)"
+        ),
+        f"bad lines {s['bad_lines']}",
+    ]
+
+
+def _read(args: argparse.Namespace, fmt: str):  # type: ignore[no-untyped-def]
+    from workload.plan.traces import read_trace
+
+    trace = read_trace(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
+    _report_bad(trace)
+    if not trace.requests:
+        raise _Usage(f"{args.file}: no readable requests")
+    return trace
+
+
+def _run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.what == "import":
+        from workload.plan.traces import summarize, write_trace
+
+        trace = _read(args, args.format)
+        print("\n".join(_summary_lines(summarize(trace))))
+        if args.out:
+            n = write_trace(trace, args.out)
+            print(f"wrote     {n} requests to {args.out}")
+        return 0
+    if args.what == "fit":
+        import yaml
+
+        from workload.plan.traces import fit_profile
+
+        trace = _read(args, args.format)
+        prof = fit_profile(trace, name=args.name or Path(args.out).stem)
+        Path(args.out).write_text(yaml.safe_dump(prof, sort_keys=False))
+        print(f"agentload: wrote profile {args.out} ({prof['description']})")
+        return 0
+    from workload.plan.traces import export_run
+
+    res = export_run(args.run_dir, args.out)
+    for s in res.skipped[:SHOW_BAD]:
+        print(f"agentload: skipped {s}", file=sys.stderr)
+    if len(res.skipped) > SHOW_BAD:
+        print(f"agentload: ... and {len(res.skipped) - SHOW_BAD} more skipped", file=sys.stderr)
+    print(
+        f"agentload: wrote {res.rows} requests to {args.out} ({res.verified} checked against "
+        f"body_hash, {res.unverified} unchecked, {len(res.skipped)} skipped)"
+    )
+    return 0
+
+
+def main_trace(argv: list[str]) -> int:
+    """Run `agentload trace ...`; bad input is one line on stderr and exit 2."""
+    from workload.plan.traces import TraceError
+
+    try:
+        return _run(argv)
+    except (_Usage, TraceError) as e:
+        print(f"agentload: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ValueError as e:  # e.g. a fit of a one-request trace
+        print(f"agentload: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as e:
+        print(f"agentload: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -1,0 +1,42 @@
+"""Real traces: read (Mooncake, Azure, run requests), replay timing, prompts, hit ratios, fit, export."""
+
+from workload.plan.traces._blocks import BlockSynth, HitRatio, hit_ratio
+from workload.plan.traces._export import BlockHasher, ExportResult, export_run
+from workload.plan.traces._fit import fit_profile, shared_prefix_blocks, summarize
+from workload.plan.traces._read import (
+    BLOCK_TOKENS,
+    FORMATS,
+    BadLine,
+    Trace,
+    TraceError,
+    TraceRequest,
+    detect_format,
+    parse_azure_timestamp,
+    read_trace,
+    write_trace,
+)
+from workload.plan.traces._schedule import detect_quantum, schedule
+
+__all__ = [
+    "BLOCK_TOKENS",
+    "FORMATS",
+    "BadLine",
+    "BlockHasher",
+    "BlockSynth",
+    "ExportResult",
+    "HitRatio",
+    "Trace",
+    "TraceError",
+    "TraceRequest",
+    "detect_format",
+    "detect_quantum",
+    "export_run",
+    "fit_profile",
+    "hit_ratio",
+    "parse_azure_timestamp",
+    "read_trace",
+    "schedule",
+    "shared_prefix_blocks",
+    "summarize",
+    "write_trace",
+]
