@@ -187,10 +187,11 @@ def arrival_spec(
     try:
         return ArrivalSpec(process=name, rate_per_s=parse_arrival_rate(str(rate)), cv=cv, **extra)  # type: ignore[arg-type]
     except ValueError as e:  # pydantic's ValidationError is a ValueError
-        raise ArrivalError(_first_line(e)) from None
+        raise ArrivalError(one_line_error(e)) from None
 
 
-def _first_line(e: Exception) -> str:
+def one_line_error(e: Exception) -> str:
+    """The first problem of an exception (a pydantic ValidationError or any) as one line."""
     errors = getattr(e, "errors", None)
     if callable(errors):
         first = errors()[0]
