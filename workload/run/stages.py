@@ -124,10 +124,12 @@ class LoadStages:
     """Consecutive load stages with level-at-time lookups (pure; no clock inside)."""
 
     def __init__(self, stages: list[Stage] | list[dict[str, Any]]) -> None:
-        try:
-            parsed = [s if isinstance(s, Stage) else Stage.model_validate(s) for s in stages]
-        except ValueError as e:
-            raise StageError(f"stages: {one_line_error(e)}") from None
+        parsed: list[Stage] = []
+        for i, s in enumerate(stages):
+            try:
+                parsed.append(s if isinstance(s, Stage) else Stage.model_validate(s))
+            except ValueError as e:
+                raise StageError(f"stages[{i}]: {one_line_error(e)}") from None
         self.stages = check_stages(parsed)
         self.dimension: Dimension = self.stages[0].dimension
         self.starts: list[float] = []
