@@ -300,8 +300,9 @@ def warp(unit_times: np.ndarray, segments: Sequence[tuple[float, float, float, f
                 dt = u / r0
             else:
                 # solve r0*dt + slope*dt^2/2 = u for the root within [0, dur]
-                disc = np.maximum(r0 * r0 + 2.0 * slope * u, 0.0)
-                dt = 2.0 * u / (r0 + np.sqrt(disc))
+                # (this form stays exact as slope -> 0; u = 0 on a ramp from 0 is dt = 0)
+                den = r0 + np.sqrt(np.maximum(r0 * r0 + 2.0 * slope * u, 0.0))
+                dt = np.divide(2.0 * u, den, out=np.zeros_like(u), where=den > 0)
             out[sel] = t0 + np.clip(dt, 0.0, dur)
         base += mass
     return out[~np.isnan(out)]
