@@ -55,8 +55,23 @@ def test_parse_rate(text, rate):
 
 @pytest.mark.parametrize(
     "text",
-    ["0", "-1", "nan", "inf", "1e400", "abc", "", "30pmx", "2 per second", "1e9", "0pm", True,
-     float("nan"), 0, -3],
+    [
+        "0",
+        "-1",
+        "nan",
+        "inf",
+        "1e400",
+        "abc",
+        "",
+        "30pmx",
+        "2 per second",
+        "1e9",
+        "0pm",
+        True,
+        float("nan"),
+        0,
+        -3,
+    ],
 )
 def test_parse_rate_rejects_one_line(text):
     with pytest.raises(ArrivalError) as e:
@@ -76,8 +91,13 @@ def test_absurd_rate_message_names_the_limit():
 
 @pytest.mark.parametrize(
     "text,out",
-    [("poisson", ("poisson", None)), ("constant", ("constant", None)), ("gamma:2", ("gamma", 2.0)),
-     ("Gamma:0.5", ("gamma", 0.5)), ("gamma:1", ("gamma", 1.0))],
+    [
+        ("poisson", ("poisson", None)),
+        ("constant", ("constant", None)),
+        ("gamma:2", ("gamma", 2.0)),
+        ("Gamma:0.5", ("gamma", 0.5)),
+        ("gamma:1", ("gamma", 1.0)),
+    ],
 )
 def test_parse_arrival_process(text, out):
     assert parse_arrival_process(text) == out
@@ -109,7 +129,11 @@ def test_parse_arrival_process_rejects(text, msg):
 def test_spec_defaults_and_rate_strings():
     s = spec(rate_per_s="30pm")
     assert (s.process, s.rate_per_s, s.cv, s.max_in_flight, s.at_cap) == (
-        "poisson", 0.5, None, None, "queue",
+        "poisson",
+        0.5,
+        None,
+        None,
+        "queue",
     )
     assert s.gap_cv == 1.0
     assert spec(process="constant").gap_cv == 0.0
@@ -155,7 +179,11 @@ def test_spec_as_a_profile_block():
 def test_arrival_spec_from_cli_values():
     s = arrival_spec("120pm", "gamma:1.5", max_in_flight=10, at_cap="drop")
     assert (s.process, s.rate_per_s, s.cv, s.max_in_flight, s.at_cap) == (
-        "gamma", 2.0, 1.5, 10, "drop",
+        "gamma",
+        2.0,
+        1.5,
+        10,
+        "drop",
     )
     with pytest.raises(ArrivalError, match="max_in_flight") as e:
         arrival_spec("1", max_in_flight=-2)
@@ -236,8 +264,8 @@ def _gaps(process, cv, rate, until, seed=2026):
 
 
 @pytest.mark.parametrize(
-    "process,cv,want_cv", [("poisson", None, 1.0), ("gamma", 0.5, 0.5), ("gamma", 2.0, 2.0),
-                           ("gamma", 1.0, 1.0)]
+    "process,cv,want_cv",
+    [("poisson", None, 1.0), ("gamma", 0.5, 0.5), ("gamma", 2.0, 2.0), ("gamma", 1.0, 1.0)],
 )
 def test_empirical_rate_and_cv(process, cv, want_cv):
     rate = 5.0
@@ -274,7 +302,12 @@ def test_warp_constant_curve_equals_plain_rate():
 
 
 def test_warp_piecewise_counts_and_ramps():
-    segs = [(0.0, 10.0, 1.0, 1.0), (10.0, 20.0, 1.0, 3.0), (20.0, 30.0, 0.0, 0.0), (30.0, 40.0, 2.0, 2.0)]
+    segs = [
+        (0.0, 10.0, 1.0, 1.0),
+        (10.0, 20.0, 1.0, 3.0),
+        (20.0, 30.0, 0.0, 0.0),
+        (30.0, 40.0, 2.0, 2.0),
+    ]
     assert cumulative_rate(segs) == pytest.approx(10 + 20 + 0 + 20)
     t = ArrivalSchedule(spec(process="constant", rate_per_s=1), seed=0).times_warped(segs)
     assert len(t) == 50
@@ -328,8 +361,16 @@ def test_lateness_summary():
     assert lt.p99_s == pytest.approx(0.5)
     assert lt.max_s == pytest.approx(0.5)
     d = lt.to_dict()
-    assert set(d) == {"scheduled", "started", "dropped", "delayed", "tolerance_s", "p50_s",
-                      "p99_s", "max_s"}
+    assert set(d) == {
+        "scheduled",
+        "started",
+        "dropped",
+        "delayed",
+        "tolerance_s",
+        "p50_s",
+        "p99_s",
+        "max_s",
+    }
 
 
 def test_lateness_all_dropped_and_checks():

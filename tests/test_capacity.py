@@ -147,14 +147,23 @@ def test_max_steps_budget():
     spec = search_spec("arrival_rate", 0.001, 10_000, max_steps=5)
     r = capacity_search(spec, knee(3.0))  # ... or while stepping up: no failure seen yet
     assert (len(r.steps), r.capacity, r.first_failing, r.stop_reason) == (
-        5, 0.016, None, "max_steps",
+        5,
+        0.016,
+        None,
+        "max_steps",
     )
 
 
 def test_too_few_samples_flag_per_step():
     r = capacity_search(search_spec("users", 1, 64, quantile=0.95), knee(64, samples_per_load=10))
     assert [(s.load, s.too_few_samples) for s in r.steps] == [
-        (1, True), (2, True), (4, True), (8, True), (16, True), (32, False), (64, False),
+        (1, True),
+        (2, True),
+        (4, True),
+        (8, True),
+        (16, True),
+        (32, False),
+        (64, False),
     ]
     r = capacity_search(search_spec("users", 1, 4, quantile=None), knee(64, samples_per_load=0))
     assert not any(s.too_few_samples for s in r.steps)
@@ -163,16 +172,28 @@ def test_too_few_samples_flag_per_step():
 def test_result_dict_shape():
     r = capacity_search(search_spec("users", 4, 64), knee(20))
     d = json.loads(json.dumps(r.to_dict()))
-    assert set(d) == {"dimension", "capacity", "first_failing", "steps", "bounds", "factor",
-                      "precision", "stop_reason"}
+    assert set(d) == {
+        "dimension",
+        "capacity",
+        "first_failing",
+        "steps",
+        "bounds",
+        "factor",
+        "precision",
+        "stop_reason",
+    }
     assert d["dimension"] == "users" and d["capacity"] == 20 and d["first_failing"] == 21
     assert d["bounds"] == {"min": 4, "max": 64}
     assert d["precision"] == {"absolute": 1, "relative": None}
     for s in d["steps"]:
         assert set(s) == {"load", "slo_met", "goodput", "slo_values", "samples", "too_few_samples"}
     assert d["steps"][0] == {
-        "load": 4, "slo_met": True, "goodput": 240.0, "slo_values": {"ttft_p95_ms": 100.0},
-        "samples": 4000, "too_few_samples": False,
+        "load": 4,
+        "slo_met": True,
+        "goodput": 240.0,
+        "slo_values": {"ttft_p95_ms": 100.0},
+        "samples": 4000,
+        "too_few_samples": False,
     }
 
 

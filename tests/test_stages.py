@@ -63,7 +63,12 @@ def test_boundaries_for_reports():
 def test_rate_segments_and_warped_schedule():
     ls = LoadStages(RATES)
     segs = ls.rate_segments()
-    assert segs == [(0, 60, 0.5, 0.5), (60, 90, 0.5, 2.0), (90, 180, 2.0, 2.0), (180, 240, 0.0, 0.0)]
+    assert segs == [
+        (0, 60, 0.5, 0.5),
+        (60, 90, 0.5, 2.0),
+        (90, 180, 2.0, 2.0),
+        (180, 240, 0.0, 0.0),
+    ]
     t = ArrivalSchedule(ArrivalSpec(process="constant", rate_per_s=1), seed=0).times_warped(segs)
     assert len(t) == 248  # 30 + 37.5 + 180 expected starts, first at 0
     assert t.max() < 180  # the cool-down starts nobody

@@ -179,9 +179,7 @@ class ArrivalSpec(BaseModel):
         return {"poisson": 1.0, "constant": 0.0}.get(self.process, self.cv or 1.0)
 
 
-def arrival_spec(
-    rate: str | float, process: str = "poisson", **extra: Any
-) -> ArrivalSpec:
+def arrival_spec(rate: str | float, process: str = "poisson", **extra: Any) -> ArrivalSpec:
     """An ArrivalSpec from CLI-style values (``--arrival-rate``, ``--arrival``)."""
     name, cv = parse_arrival_process(process)
     try:
@@ -280,7 +278,9 @@ def cumulative_rate(segments: Sequence[tuple[float, float, float, float]]) -> fl
     return sum((t1 - t0) * (r0 + r1) / 2.0 for t0, t1, r0, r1 in segments)
 
 
-def warp(unit_times: np.ndarray, segments: Sequence[tuple[float, float, float, float]]) -> np.ndarray:
+def warp(
+    unit_times: np.ndarray, segments: Sequence[tuple[float, float, float, float]]
+) -> np.ndarray:
     """Map unit-rate arrival times to wall times through a piecewise-linear rate curve.
 
     ``segments`` are consecutive ``(t0, t1, rate_at_t0, rate_at_t1)`` with rates >= 0 (linear

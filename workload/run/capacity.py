@@ -229,7 +229,11 @@ def search_spec(
         relative_precision = 0.05
     if quantile is not None:
         samples_needed(quantile)  # validates
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or not 1 <= max_steps <= MAX_STEPS:
+    if (
+        isinstance(max_steps, bool)
+        or not isinstance(max_steps, int)
+        or not 1 <= max_steps <= MAX_STEPS
+    ):
         raise CapacityError(f"max_steps must be an integer in 1..{MAX_STEPS}, got {max_steps!r}")
     if dimension == "users":
         min_load, max_load = int(min_load), int(max_load)

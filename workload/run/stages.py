@@ -46,7 +46,9 @@ class Stage(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    duration_s: float = Field(gt=0, le=MAX_TOTAL_S, allow_inf_nan=False, description="Stage length (s).")
+    duration_s: float = Field(
+        gt=0, le=MAX_TOTAL_S, allow_inf_nan=False, description="Stage length (s)."
+    )
     users: int | None = Field(
         None, ge=0, le=MAX_USERS, description="Concurrent users (sessions in flight) in this stage."
     )
@@ -75,7 +77,9 @@ class Stage(BaseModel):
         if (self.users is None) == (self.arrival_rate is None):
             raise ValueError("a stage sets exactly one of users or arrival_rate")
         if self.ramp_s > self.duration_s:
-            raise ValueError(f"ramp_s {self.ramp_s:g} is longer than the stage ({self.duration_s:g} s)")
+            raise ValueError(
+                f"ramp_s {self.ramp_s:g} is longer than the stage ({self.duration_s:g} s)"
+            )
         return self
 
     @property
@@ -103,7 +107,9 @@ def check_stages(stages: list[Stage]) -> list[Stage]:
         )
     total = math.fsum(s.duration_s for s in stages)
     if not math.isfinite(total) or total > MAX_TOTAL_S:
-        raise StageError(f"stages: total duration {total:g} s is over the limit of {MAX_TOTAL_S:g} s")
+        raise StageError(
+            f"stages: total duration {total:g} s is over the limit of {MAX_TOTAL_S:g} s"
+        )
     return stages
 
 
