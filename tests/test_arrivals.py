@@ -381,3 +381,35 @@ def test_lateness_all_dropped_and_checks():
     with pytest.raises(ArrivalError):
         lateness_summary([0.0], [0.0], tolerance_s=-1)
     assert math.isclose(lateness_summary([1.0], [3.5]).max_s or 0, 2.5)
+
+
+@pytest.mark.parametrize("n_workers", [1, 3, 5])
+def test_lazy_worker_iteration_matches_the_global_schedule(n_workers):
+    s = ArrivalSchedule(spec(process="gamma", cv=2.0, rate_per_s=40.0), seed=13)
+    full = s.times(300)  # ~12k sessions: several chunks
+    got: dict[int, float] = {}
+    for w in range(n_workers):
+        for k, t in s.iter_worker(w, n_workers, until_s=300):
+            assert k % n_workers == w and k not in got
+            got[k] = t
+    assert sorted(got) == list(range(len(full)))
+    assert np.array_equal(np.array([got[k] for k in range(len(full))]), full)
+
+
+def test_lazy_worker_iteration_under_a_rate_curve():
+    segs = [(0.0, 100.0, 10.0, 80.0), (100.0, 200.0, 80.0, 80.0), (200.0, 250.0, 0.0, 0.0)]
+    s = ArrivalSchedule(spec(), seed=17)
+    full = s.times_warped(segs)
+    got = sorted(kt for w in range(4) for kt in s.iter_worker(w, 4, segments=segs))
+    assert [k for k, _ in got] == list(range(len(full)))
+    assert np.allclose([t for _, t in got], full)
+
+
+def test_lazy_iteration_without_end_and_limits():
+    s = ArrivalSchedule(spec(process="constant", rate_per_s=2), seed=0)
+    it = s.iter_worker(0, 2)
+    assert [next(it) for _ in range(3)] == [(0, 0.0), (2, 1.0), (4, 2.0)]
+    with pytest.raises(ArrivalError, match="exceeds"):
+        s.times(1e12)
+    with pytest.raises(ArrivalError):
+        list(s.iter_worker(2, 2, until_s=1))

@@ -31,7 +31,7 @@ the process's shape (CV) at every rate.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -46,7 +46,7 @@ MIN_RATE_PER_S = 1.0 / 86_400  # one per day: anything slower is a typo
 MAX_CV = 20.0  # gamma shape 1/400: already almost all gaps ~0 with rare huge ones
 MAX_IN_FLIGHT = 1_000_000
 CHUNK = 4096  # draws per batch: fixed so the stream never depends on the horizon
-MAX_SESSIONS = 50_000_000  # a schedule longer than this is a mistake, not a test
+MAX_SESSIONS = 20_000_000  # a schedule longer than this is a mistake, not a test
 
 
 class ArrivalError(ValueError):
@@ -233,23 +233,26 @@ class ArrivalSchedule:
         self.seed = seed
         self.stream = stream
 
-    def unit_times(self, until: float) -> np.ndarray:
-        """Arrival times of the unit-rate process in [0, until) (first one at 0)."""
-        if not math.isfinite(until) or until < 0:
-            raise ArrivalError(f"schedule horizon must be finite and >= 0, got {until!r}")
+    def unit_chunks(self) -> Iterator[np.ndarray]:
+        """The unit-rate arrival times, CHUNK at a time, without end (first one at 0)."""
         rng = stream_rng(self.seed, self.stream)
-        parts: list[np.ndarray] = []
-        t, count = 0.0, 0
-        while t < until:
+        t = 0.0
+        while True:
             gaps = unit_gaps(self.spec.process, self.spec.cv, rng, CHUNK)
             starts = t + np.concatenate(([0.0], np.cumsum(gaps[:-1])))
-            parts.append(starts)
             t = float(starts[-1] + gaps[-1])
-            count += CHUNK
-            if count > MAX_SESSIONS:
-                raise ArrivalError(
-                    f"schedule exceeds {MAX_SESSIONS} sessions; shorten the run or lower the rate"
-                )
+            yield starts
+
+    def unit_times(self, until: float) -> np.ndarray:
+        """Arrival times of the unit-rate process in [0, until) (first one at 0)."""
+        _check_horizon(until)
+        parts: list[np.ndarray] = []
+        for starts in self.unit_chunks():
+            if starts[0] >= until:
+                break
+            parts.append(starts)
+            if len(parts) * CHUNK > MAX_SESSIONS:
+                raise ArrivalError(_TOO_MANY)
         if not parts:
             return np.empty(0)
         out = np.concatenate(parts)
@@ -264,11 +267,57 @@ class ArrivalSchedule:
         """Start times under a piecewise-linear rate curve (``segments``, see ``warp``)."""
         return warp(self.unit_times(cumulative_rate(segments)), segments)
 
+    def iter_worker(
+        self,
+        worker: int,
+        n_workers: int,
+        until_s: float | None = None,
+        segments: Sequence[tuple[float, float, float, float]] | None = None,
+    ) -> Iterator[tuple[int, float]]:
+        """Worker ``worker``'s sessions as (global index k, start time), lazily, k % n == worker.
+
+        At the spec's rate until ``until_s`` (None: without end), or under the rate curve
+        ``segments`` until its end. Memory stays at one chunk, whatever the run length.
+        """
+        _check_worker(worker, n_workers)
+        if segments is not None:
+            until_u = cumulative_rate(segments)
+        elif until_s is not None:
+            _check_horizon(until_s)
+            until_u = until_s * self.spec.rate_per_s
+        else:
+            until_u = math.inf
+        k0 = 0
+        for starts in self.unit_chunks():
+            if starts[0] >= until_u:
+                return
+            first = (worker - k0) % n_workers
+            u = starts[first::n_workers]
+            u = u[u < until_u]
+            t = warp(u, segments) if segments is not None else u / self.spec.rate_per_s
+            for j, tj in enumerate(t.tolist()):
+                yield k0 + first + j * n_workers, tj
+            k0 += CHUNK
+
+
+_TOO_MANY = f"schedule exceeds {MAX_SESSIONS} sessions; shorten the run or lower the rate"
+
+
+def _check_horizon(until: float) -> None:
+    if not math.isfinite(until) or until < 0:
+        raise ArrivalError(f"schedule horizon must be finite and >= 0, got {until!r}")
+    if until > MAX_SESSIONS:  # unit time: the expected number of sessions
+        raise ArrivalError(_TOO_MANY)
+
+
+def _check_worker(worker: int, n_workers: int) -> None:
+    if n_workers < 1 or not 0 <= worker < n_workers:
+        raise ArrivalError(f"worker index {worker} is not in 0..{n_workers - 1}")
+
 
 def for_worker(times: np.ndarray, worker: int, n_workers: int) -> tuple[np.ndarray, np.ndarray]:
     """Worker ``worker`` of ``n_workers``: (global session indices, their start times)."""
-    if n_workers < 1 or not 0 <= worker < n_workers:
-        raise ArrivalError(f"worker index {worker} is not in 0..{n_workers - 1}")
+    _check_worker(worker, n_workers)
     idx = np.arange(worker, len(times), n_workers)
     return idx, times[idx]
 
