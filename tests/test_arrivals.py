@@ -13,6 +13,7 @@ from workload.plan.arrivals import (
     ArrivalError,
     ArrivalSchedule,
     ArrivalSpec,
+    InFlightGate,
     arrival_spec,
     cumulative_rate,
     for_worker,
@@ -21,6 +22,7 @@ from workload.plan.arrivals import (
     parse_arrival_rate,
     parse_rate,
     pick_classes,
+    share_of_cap,
     stream_rng,
     unit_gaps,
     warp,
@@ -413,3 +415,39 @@ def test_lazy_iteration_without_end_and_limits():
         s.times(1e12)
     with pytest.raises(ArrivalError):
         list(s.iter_worker(2, 2, until_s=1))
+
+
+# ---------------------------------------------------------------- the in-flight cap
+
+
+def test_gate_queue_passes_slots_on_in_order():
+    g = InFlightGate(2, "queue")
+    assert [g.arrive(k) for k in range(5)] == [True, True, False, False, False]
+    assert g.in_flight == 2 and list(g.queue) == [2, 3, 4]
+    assert g.finish() == 2
+    assert g.finish() == 3
+    assert g.finish() == 4
+    assert g.in_flight == 2
+    assert g.finish() is None and g.finish() is None
+    assert g.in_flight == 0 and g.dropped == []
+    with pytest.raises(ArrivalError):
+        g.finish()
+
+
+def test_gate_drop_and_unbounded():
+    g = InFlightGate(1, "drop")
+    assert [g.arrive(k) for k in range(3)] == [True, False, False]
+    assert g.dropped == [1, 2] and g.finish() is None
+    assert g.arrive(3)
+    u = InFlightGate(None)
+    assert all(u.arrive(k) for k in range(1000))
+    for bad in ((0, "queue"), (2, "wait")):
+        with pytest.raises(ArrivalError):
+            InFlightGate(*bad)
+
+
+def test_share_of_cap():
+    assert [share_of_cap(10, w, 3) for w in range(3)] == [4, 3, 3]
+    assert sum(share_of_cap(1000, w, 7) or 0 for w in range(7)) == 1000
+    assert share_of_cap(None, 0, 4) is None
+    assert share_of_cap(2, 3, 4) == 1  # never zero

@@ -31,6 +31,7 @@ the process's shape (CV) at every rate.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -366,6 +367,59 @@ def pick_classes(seed: int, count: int, weights: dict[str, float]) -> list[str]:
     rng = stream_rng(seed, "run:classes")
     picks = rng.choice(len(names), size=count, p=p / p.sum())
     return [names[i] for i in picks]
+
+
+# ---------------------------------------------------------------- the in-flight cap
+
+
+class InFlightGate:
+    """The ``max_in_flight`` / ``at_cap`` policy as pure bookkeeping (no clock, no I/O).
+
+    ``arrive(k)`` when session k is due: True = start it now; False = it waits in a FIFO
+    (``queue``) or is dropped (``drop``; listed in ``dropped``). ``finish()`` when a
+    session ends: the next queued session to start now, or None. With several workers,
+    give each a share of the cap (``share_of_cap``).
+    """
+
+    def __init__(self, max_in_flight: int | None, at_cap: str = "queue") -> None:
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ArrivalError(f"max_in_flight must be >= 1, got {max_in_flight!r}")
+        if at_cap not in ("queue", "drop"):
+            raise ArrivalError(f"at_cap must be queue or drop, got {at_cap!r}")
+        self.cap = max_in_flight
+        self.at_cap = at_cap
+        self.in_flight = 0
+        self.queue: deque[int] = deque()
+        self.dropped: list[int] = []
+
+    def arrive(self, k: int) -> bool:
+        """Session k is due: whether it starts now."""
+        if self.cap is None or self.in_flight < self.cap:
+            self.in_flight += 1
+            return True
+        if self.at_cap == "drop":
+            self.dropped.append(k)
+        else:
+            self.queue.append(k)
+        return False
+
+    def finish(self) -> int | None:
+        """A session ended: the queued session that starts in its place, if any."""
+        if self.in_flight <= 0:
+            raise ArrivalError("finish() without a session in flight")
+        if self.queue:
+            return self.queue.popleft()  # the slot passes on: in_flight unchanged
+        self.in_flight -= 1
+        return None
+
+
+def share_of_cap(max_in_flight: int | None, worker: int, n_workers: int) -> int | None:
+    """Worker w's part of a global cap: shares differ by at most 1 and sum to the cap."""
+    _check_worker(worker, n_workers)
+    if max_in_flight is None:
+        return None
+    share = max_in_flight // n_workers + (1 if worker < max_in_flight % n_workers else 0)
+    return max(share, 1)  # a worker with no share would never start anything
 
 
 # ---------------------------------------------------------------- lateness
