@@ -25,6 +25,8 @@ Varying rates (load stages) use a time change: the process runs at unit rate in
 piecewise-linear rate curve (segments ``(t0, t1, rate_at_t0, rate_at_t1)``), which keeps
 the process's shape (CV) at every rate.
 
+``iter_worker`` yields one worker's (k, start time) pairs lazily, for long runs.
+``InFlightGate`` keeps the ``max_in_flight`` / ``at_cap`` bookkeeping (queue or drop);
 ``lateness_summary`` reports how late sessions actually started against their schedule.
 """
 
