@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from workload.measure.records import RequestRecord
-from workload.plan.profile import load_profile, validate_profile
+from workload.plan.loading import load_profile, validate_profile
 from workload.plan.sessions import SessionPlanner
 from workload.plan.tokens import get_tokenizer
 from workload.plan.traces import (

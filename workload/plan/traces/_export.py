@@ -30,7 +30,7 @@ import orjson
 
 from workload.measure.artifacts import read_json
 from workload.measure.records import RequestRecord
-from workload.plan.profile import ProfileError, validate_profile
+from workload.plan.loading import ProfileError, validate_profile
 from workload.plan.sessions import SessionPlanner
 from workload.plan.tokens import Tokenizer, TokenizerUnavailable, get_tokenizer
 from workload.plan.traces._read import BLOCK_TOKENS, TraceError

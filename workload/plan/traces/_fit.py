@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from workload.plan.profile import validate_profile
+from workload.plan.loading import validate_profile
 from workload.plan.traces._blocks import hit_ratio
 from workload.plan.traces._read import Trace
 from workload.plan.traces._schedule import detect_quantum
