@@ -47,6 +47,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workload.plan.dist import Component, Dist, constant
+from workload.errors import ProfileError as ProfileError  # noqa: F401 - re-exported
 
 SCHEMA_VERSION = 1
 DEFAULT_PROFILE = "quickstart"
@@ -54,14 +55,6 @@ DEFAULT_PROFILE = "quickstart"
 # Old schema versions that still load: version -> function(raw dict) -> raw dict one
 # version newer. Empty while there is only version 1.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
-
-
-class ProfileError(Exception):
-    """A profile cannot be used; ``problems`` holds one human-readable line per problem."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 def _defaults(cls: type[BaseModel]) -> Any:
