@@ -46,8 +46,8 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from workload.plan.dist import Component, Dist, constant
 from workload.errors import ProfileError as ProfileError  # noqa: F401 - re-exported
+from workload.plan.dist import Component, Dist, constant
 
 SCHEMA_VERSION = 1
 DEFAULT_PROFILE = "quickstart"
