@@ -10,13 +10,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from workload.errors import AgentloadError
+
 VERDICT_WORSE = "worse"
 VERDICT_BETTER = "better"
 VERDICT_SAME = "no detectable change"
 VERDICT_NODATA = "insufficient data"
-
-EXIT_PASS = 0
-EXIT_REGRESSION = 3
 
 LATENCIES = ("ttft", "itl", "tpot", "e2e")
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
@@ -63,7 +62,7 @@ METRICS = _metric_defs()
 STEP_METRICS = ("ttft_p50", "ttft_p95", "itl_p50", "itl_p95", "e2e_p50", "e2e_p95")
 
 
-class CompareError(ValueError):
+class CompareError(AgentloadError, ValueError):
     """Bad input to a comparison (missing or unreadable run directory)."""
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from workload.analyze.catalogue import CompareError
 from workload.analyze.thresholds import DEFAULT_THRESHOLDS
+from workload.errors import UsageError
 
 
 def add_verdict_options(p: argparse.ArgumentParser) -> None:
@@ -29,7 +30,7 @@ def add_verdict_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
 
 
-class ArgError(Exception):
+class ArgError(UsageError):
     """Bad command-line arguments (reported as one line, exit 2)."""
 
 

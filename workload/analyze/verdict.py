@@ -60,8 +60,6 @@ from scipy import stats as _sps
 
 from workload.analyze.bootstrap import Scope
 from workload.analyze.catalogue import (
-    EXIT_PASS,
-    EXIT_REGRESSION,
     METRICS,
     STEP_METRICS,
     VERDICT_BETTER,
@@ -83,6 +81,8 @@ from workload.analyze.thresholds import (
     resolve_thresholds,
     threshold_for,
 )
+from workload.errors import EXIT_OK as EXIT_PASS
+from workload.errors import EXIT_REGRESSION
 from workload.observe.fingerprint import fingerprint_diff
 
 

@@ -13,7 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-EXIT_BAD_INPUT = 2
+from workload.errors import EXIT_BAD_INPUT
+
 SHOW_BAD = 10  # bad lines printed one by one; the rest are counted
 
 

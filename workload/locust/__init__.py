@@ -12,9 +12,25 @@ Write your own locustfile around agentload's sessions::
 
 Import the module, not the class name, so Locust does not also pick up
 `AgentUser` itself from your module's globals.
+
+The names below load on first use, so `workload.locust.command` (argv
+building, used by the CLI) can be imported without importing locust.
 """
 
-from workload.locust.plugin import register
-from workload.locust.users import AgentUser, assign_class, play
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["AgentUser", "assign_class", "play", "register"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "register":
+        from workload.locust.plugin import register
+
+        return register
+    if name in ("AgentUser", "assign_class", "play"):
+        from workload.locust import users
+
+        return getattr(users, name)
+    raise AttributeError(f"module 'workload.locust' has no attribute {name!r}")

@@ -1,111 +1,82 @@
 """agentload's options on Locust's command line (and in the web UI start form).
 
-`agentload run --X` passes these through; plain `locust -f locustfiles/agents.py`
-accepts the same ones. Locust already owns `--profile` (a run-grouping label),
-so ours is `--agent-profile` (agentload run accepts `--profile` and maps it).
+The options are the run table (`workload.run.spec.OPTIONS`); this module only
+registers them on Locust's parser and reads a RunSpec back from Locust's
+parsed options. Plain `locust -f locustfiles/agents.py` accepts the same
+options as `agentload run`. Locust already owns `--profile` (a run-grouping
+label), `--users`, `--spawn-rate`, `--run-time` and `--host`, so ours is
+`--agent-profile` and the rest come from Locust's own values.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from workload.run.spec import BY_NAME, OPTIONS, RunSpec, add_options, raw_values, resolve_spec
 
-def builtin_profile_names() -> list[str]:
-    try:
-        from workload.plan.loading import list_profiles
-
-        return [name for name, _ in list_profiles()]
-    except Exception:  # noqa: BLE001 - the form still works with a free-text profile
-        return []
+# Options of the start form that re-resolve the run when changed there (out only names a directory).
+FORM_OPTIONS = tuple(o.name for o in OPTIONS if o.web and o.locust_flags and o.name != "out")
 
 
 def add_arguments(parser: Any) -> None:
     """Register agentload options on Locust's (configargparse) parser."""
     # Locust's own parser (not an argument group) knows include_in_web_ui.
-    g = parser
-    g.add_argument(
-        "--agent-profile",
-        default="quickstart",
-        help="Profile: a built-in name (" + ", ".join(builtin_profile_names()) + ") or a YAML file",
+    add_options(parser, OPTIONS, locust=True)
+
+
+def locust_values(opts: Any, host: str, workers: int) -> dict[str, Any]:
+    """Raw run values from Locust's parsed options: ours, plus the ones Locust owns."""
+    values = raw_values(opts)
+    values.pop("spec", None)
+    run_time = getattr(opts, "run_time", None)
+    users = getattr(opts, "num_users", None)
+    spawn = getattr(opts, "spawn_rate", None)
+    values.update(
+        host=host or "",
+        users=str(users) if users else "",
+        spawn_rate=str(spawn) if spawn else "",
+        duration_s=f"{run_time}s" if run_time else "",
+        workers=str(max(1, workers)),
+        argv=values.get("argv") or " ".join(sys.argv),
     )
-    g.add_argument("--seed", default="", help="Run seed (integer); empty = the profile's seed")
-    g.add_argument("--out", default="", help="Run directory; default runs/<run id>")
-    g.add_argument(
-        "--set",
-        dest="agent_set",
-        action="append",
-        default=[],
-        include_in_web_ui=False,
-        help="Override a profile field: path.to.field=value (repeatable)",
-    )
-    g.add_argument(
-        "--label",
-        dest="agent_label",
-        action="append",
-        default=[],
-        include_in_web_ui=False,
-        help="Operator label KEY=VALUE recorded in run.json (repeatable)",
-    )
-    g.add_argument("--model", default="", help="Model name; default: discovered from /v1/models")
-    g.add_argument(
-        "--tokenizer",
-        default="tiktoken",
-        choices=["tiktoken", "server"],
-        help="Prompt-size tokenizer: offline tiktoken cl100k_base, or the target's /tokenize",
-    )
-    g.add_argument(
-        "--slo",
-        dest="agent_slo",
-        action="append",
-        default=[],
-        include_in_web_ui=False,
-        help="SLO override [CLASS.]METRIC=VALUE, e.g. ttft_p95_ms=800 (repeatable)",
-    )
-    g.add_argument(
-        "--sessions-per-user",
-        type=int,
-        default=0,
-        help="Stop each user after this many sessions (0 = until the run time ends)",
-    )
-    g.add_argument(
-        "--scrape-interval",
-        type=float,
-        default=2.0,
-        help="Seconds between /metrics scrapes of the target (0 = off)",
-    )
-    g.add_argument(
-        "--max-error-ratio",
-        type=float,
-        default=-1.0,
-        include_in_web_ui=False,
-        help="Exit 1 when errors/requests exceed this (default: the profile's max_error_ratio)",
-    )
-    g.add_argument(
-        "--server-log", default="", include_in_web_ui=False, help="vLLM server log to fingerprint"
-    )
-    g.add_argument(
-        "--run-id",
-        dest="agent_run_id",
-        default="",
-        include_in_web_ui=False,
-        help="Run id (set by agentload run)",
-    )
-    g.add_argument(
-        "--api-key-env",
-        default="OPENAI_API_KEY",
-        include_in_web_ui=False,
-        help="Environment variable holding the API key (never written anywhere)",
-    )
-    g.add_argument(
-        "--agent-argv",
-        default="",
-        include_in_web_ui=False,
-        help="(internal) the agentload command line",
-    )
-    g.add_argument(
-        "--progress-interval",
-        type=float,
-        default=5.0,
-        include_in_web_ui=False,
-        help="Seconds between progress lines in headless runs (0 = off)",
-    )
+    return values
+
+
+def spec_from_options(opts: Any, host: str, workers: int) -> RunSpec:
+    """The run described by Locust's options: the spec `agentload run` (or the master) sent,
+    else one resolved from the options themselves. Raises UsageError."""
+    text = getattr(opts, "agent_spec", "") or ""
+    if not text:
+        return resolve_spec(locust_values(opts, host, workers))
+    spec = RunSpec.from_json(text)
+    # Locust-only options given after `agentload run ... --` still apply.
+    changes = {
+        o.name: o.parse(getattr(opts, o.key))
+        for o in OPTIONS
+        if not o.flags and o.locust_flags and o.name != "spec"
+        and getattr(opts, o.key, o.default) not in (o.default, None)
+    }  # fmt: skip
+    return spec.replace(**changes) if changes else spec
+
+
+def form_changed(opts: Any, spec: RunSpec) -> bool:
+    """Did the start form change an option the spec was resolved from?"""
+    for name in FORM_OPTIONS:
+        o = BY_NAME[name]
+        now = getattr(opts, o.key, o.default)
+        before = spec.options.get(name, o.default)
+        if str(now if now is not None else "") != str(before if before is not None else ""):
+            return True
+    return False
+
+
+def reresolve(opts: Any, spec: RunSpec) -> RunSpec:
+    """The spec again, with the start form's values (a new profile or seed): loads once more."""
+    values = dict(spec.options)
+    for name in FORM_OPTIONS:
+        o = BY_NAME[name]
+        values[name] = getattr(opts, o.key, o.default)
+    values.update(run_id=spec.run_id, argv=spec.argv, out=spec.out, host=spec.host)
+    values.setdefault("workers", str(spec.workers))
+    return resolve_spec(values)

@@ -10,15 +10,13 @@ from typing import Any
 
 import gevent
 
+from workload.errors import EXIT_BAD_INPUT, AgentloadError
 from workload.locust import options as options_mod
 from workload.locust import webui
-from workload.locust.runtime import MSG_USER_DONE, AgentRuntime, argv_string
+from workload.locust.runtime import MSG_USER_DONE, AgentRuntime
 from workload.measure import artifacts
-from workload.observe.target import SetupError
 
 log = logging.getLogger("agentload")
-
-EXIT_BAD_INPUT = 2
 
 
 def register(events: Any) -> None:
@@ -48,20 +46,12 @@ def _fail_setup(environment: Any, message: str) -> None:
 
 
 def _on_init(environment: Any, **_kw: Any) -> None:
-    opts = environment.parsed_options
     environment.agentload = None
-    if opts is None:
+    if environment.parsed_options is None:
         return
     from workload.locust.runtime import role_of
 
     role = role_of(environment)
-    if role != "worker":
-        if not opts.agent_run_id:
-            opts.agent_run_id = artifacts.new_run_id()
-        if not opts.out:
-            opts.out = str(artifacts.default_out_dir(opts.agent_run_id))
-        if not opts.agent_argv:
-            opts.agent_argv = argv_string()
     # These two events carry no environment: bind it here, once per process.
     environment.events.report_to_master.add_listener(partial(_on_report_to_master, environment))
     environment.events.worker_report.add_listener(partial(_on_worker_report, environment))
@@ -81,18 +71,26 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
     previous = environment.agentload
     if previous is not None:
         previous.close()
-    if environment.parsed_options is None:
+    opts = environment.parsed_options
+    if opts is None:
         return
     from workload.locust.runtime import role_of
 
-    if previous is not None and previous.planner is not None and role_of(environment) != "worker":
-        _next_run(environment.parsed_options, previous)
-    if role_of(environment) == "master":
-        environment.parsed_options.agent_workers = max(1, environment.runner.worker_count)
-    rt = AgentRuntime(environment)
+    role = role_of(environment)
+    try:
+        spec = _spec_for(environment, role, previous)
+    except AgentloadError as e:
+        environment.agentload = None
+        _fail_setup(environment, str(e))
+        return
+    rt = AgentRuntime(environment, spec)
     environment.agentload = rt
     try:
         rt.prepare()
+        if role == "master":
+            # Workers receive the master's parsed options with each spawn message:
+            # the spec (with the discovered model and max_model_len) is the one value we send.
+            opts.agent_spec = rt.spec.to_json()
         if rt.role != "worker":
             Path(rt.out_dir).mkdir(parents=True, exist_ok=True)
             rt.start_observers()
@@ -101,28 +99,57 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
                 f"model {rt.model}  profile {rt.profile.name}  seed {rt.seed}",
                 flush=True,
             )
-            if getattr(rt.opts, "headless", False) and float(rt.opts.progress_interval or 0) > 0:
+            if getattr(opts, "headless", False) and rt.spec.progress_interval > 0:
                 rt.progress = gevent.spawn(_progress_loop, rt)
-    except SetupError as e:
+    except AgentloadError as e:
         _fail_setup(environment, str(e))
 
 
-def _next_run(opts: Any, previous: AgentRuntime) -> None:
+def _spec_for(environment: Any, role: str, previous: AgentRuntime | None) -> Any:
+    """This test's RunSpec: the master's on a worker; otherwise the one given (resolved once),
+    re-resolved only when the start form changed it. Raises AgentloadError."""
+    from workload.locust.options import form_changed, reresolve, spec_from_options
+
+    opts = environment.parsed_options
+    runner = environment.runner
+    workers = max(1, runner.worker_count) if role == "master" else 1
+    if role == "worker":
+        return spec_from_options(opts, environment.host or "", workers)
+    base = previous.spec if previous is not None else None
+    if base is None:
+        base = spec_from_options(opts, environment.host or "", workers)
+    if environment.web_ui is not None and form_changed(opts, base):
+        base = reresolve(opts, base)
+    if previous is not None and previous.planner is not None:
+        base = _next_run(base, str(getattr(opts, "out", "") or ""), previous)
+    elif not base.run_id or not base.out:
+        run_id = base.run_id or artifacts.new_run_id()
+        out = (
+            str(getattr(opts, "out", "") or "")
+            or base.out
+            or str(artifacts.default_out_dir(run_id))
+        )
+        base = base.replace(run_id=run_id, out=out)
+    return base.replace(workers=workers) if role == "master" else base
+
+
+def _next_run(spec: Any, form_out: str, previous: AgentRuntime) -> Any:
     """A test started again from the web UI is a new run: new id, and its own directory
     unless the form names a new one (appending to the last run's files would mix two runs)."""
-    opts.agent_run_id = artifacts.new_run_id()
-    if Path(opts.out) != Path(previous.out_dir):
-        return
-    if Path(opts.out) == artifacts.default_out_dir(previous.run_id):
-        opts.out = str(artifacts.default_out_dir(opts.agent_run_id))
+    run_id = artifacts.new_run_id()
+    if form_out and Path(form_out) != Path(previous.out_dir):
+        out = form_out
+    elif Path(previous.out_dir) == artifacts.default_out_dir(previous.run_id):
+        out = str(artifacts.default_out_dir(run_id))
     else:
-        opts.out = f"{previous.out_dir}-{opts.agent_run_id}"
+        out = f"{previous.out_dir}-{run_id}"
+    return spec.replace(run_id=run_id, out=out)
 
 
 def _progress_loop(rt: AgentRuntime) -> None:
     from workload.report.console import progress_line
 
-    interval = float(rt.opts.progress_interval)
+    interval = rt.spec.progress_interval
     while True:
         gevent.sleep(interval)
         users = rt.env.runner.user_count if rt.env.runner else 0
@@ -194,5 +221,5 @@ def _finish(rt: AgentRuntime) -> int:
     rt.finalized = True
     rt.stop_observers()
     rt.ended_iso = rt.ended_iso or artifacts.iso_now()
-    rt.exit_code = finalize_run(rt)
+    rt.exit_code = finalize_run(rt.spec, rt.measured())
     return rt.exit_code

@@ -19,9 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workload.errors import SetupError
 from workload.measure import artifacts
 from workload.measure.records import STATUS_CANCELLED, RequestRecord, SessionRecord
-from workload.observe.target import SetupError, parse_kv, probe_target
+from workload.observe.target import probe_target
+from workload.run.finalize import Measured
+from workload.run.spec import RunSpec
 
 log = logging.getLogger("agentload")
 
@@ -39,13 +42,18 @@ def role_of(environment: Any) -> str:
 
 
 class AgentRuntime:
-    """Per-process state for one test, created at test_start."""
+    """Per-process state for one test, created at test_start from the run's RunSpec.
 
-    def __init__(self, environment: Any) -> None:
+    `spec` is the resolved run; `prepare` replaces it once with the model (and
+    max_model_len) the target serves. Measured state lives here, never in
+    Locust's parsed options.
+    """
+
+    def __init__(self, environment: Any, spec: RunSpec) -> None:
         from workload.measure.stats import Aggregate
 
         self.env = environment
-        self.opts = environment.parsed_options
+        self.spec = spec
         self.role = role_of(environment)
         self.slos: dict[str, dict[str, float]] = {}
         self.total = Aggregate()  # local & master: everything; worker: unused
@@ -55,11 +63,7 @@ class AgentRuntime:
         self.started_wall = time.time()
         self.started_iso = artifacts.iso_now()
         self.ended_iso: str | None = None
-        self.run_id: str = self.opts.agent_run_id
-        self.out_dir = Path(self.opts.out)
         self.worker_name = str(getattr(environment.runner, "worker_index", 0))
-        self.workers = int(getattr(self.opts, "agent_workers", 1) or 1)
-        self.profile: Any = None
         self.planner: Any = None
         self.client: Any = None
         self.writer: artifacts.RunWriter | None = None
@@ -67,50 +71,66 @@ class AgentRuntime:
         self.metrics_writer: artifacts.JsonlWriter | None = None
         self.fingerprint: dict[str, Any] = {}
         self.target: dict[str, Any] = {}
-        self.seed: int = 0
+        self.class_table: list[tuple[str, float, int | None]] = []
         self.progress: Any = None  # headless progress-line greenlet
         self.finalized = False
         self.exit_code = 0
 
+    # The run's facts, read by users and the plugin.
+    @property
+    def run_id(self) -> str:
+        return self.spec.run_id
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.spec.out)
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    @property
+    def profile(self) -> Any:
+        return self.spec.profile
+
+    @property
+    def model(self) -> str:
+        return self.spec.model
+
+    @property
+    def workers(self) -> int:
+        return self.spec.workers
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.spec.api_key_env or "OPENAI_API_KEY") or None
+
     # ---- preparation -------------------------------------------------------------------------
     def prepare(self) -> None:
-        """Load the profile, find the model, build planner and client. Raises SetupError."""
+        """Find the model, build planner and client. Raises SetupError."""
+        from workload.errors import ProfileError
         from workload.measure.client import Client
-        from workload.plan.loading import ProfileError, load_profile
+        from workload.measure.stats import Aggregate
         from workload.plan.sessions import SessionPlanner
         from workload.plan.tokens import TokenizerUnavailable, get_tokenizer
 
-        host = (self.env.host or "").rstrip("/")
+        spec = self.spec
+        host = (self.env.host or spec.host or "").rstrip("/")
         if not host:
             raise SetupError(
                 "no target: pass --host URL (or use `agentload run`, which starts the simulator)"
             )
-        try:
-            self.profile = load_profile(self.opts.agent_profile, list(self.opts.agent_set or []))
-        except ProfileError as e:
-            raise SetupError("; ".join(e.problems)) from None
-        seed_opt = str(self.opts.seed or "").strip()
-        if seed_opt:
-            try:
-                self.seed = int(seed_opt)
-            except ValueError:
-                raise SetupError(f"bad --seed {seed_opt!r}: it must be an integer") from None
-        else:
-            self.seed = int(self.profile.seed)
-        api_key = os.environ.get(self.opts.api_key_env or "OPENAI_API_KEY") or None
-        model = self.opts.model or ""
-        # Workers plan with the master's view of the target (sent with the spawn message),
-        # so every worker clips prompts exactly as one process would.
-        max_model_len = (
-            getattr(self.opts, "agent_max_model_len", None) if self.role == "worker" else None
-        )
+        api_key = self.api_key()
+        model = spec.model
+        # Workers plan with the master's view of the target (in the spec sent with the spawn
+        # message), so every worker clips prompts exactly as one process would.
+        max_model_len = spec.max_model_len if self.role == "worker" else None
         if self.role != "worker" or not model:
             facts = probe_target(host, api_key, model or None)
             model = facts["model"]
             max_model_len = facts.get("max_model_len")
             self.target = {"url": host, **facts}
         try:
-            tok_spec = "server" if self.opts.tokenizer == "server" else "tiktoken:cl100k_base"
+            tok_spec = "server" if spec.tokenizer == "server" else "tiktoken:cl100k_base"
             tokenizer = (
                 get_tokenizer(tok_spec, base_url=host, model=model, api_key=api_key)
                 if tok_spec == "server"
@@ -120,29 +140,18 @@ class AgentRuntime:
             raise SetupError(str(e)) from None
         try:
             self.planner = SessionPlanner(
-                self.profile, tokenizer, model=model, max_model_len=max_model_len, seed=self.seed
+                spec.profile, tokenizer, model=model, max_model_len=max_model_len, seed=spec.seed
             )
         except ProfileError as e:
             raise SetupError("; ".join(e.problems)) from None
-        self.model = model
-        from workload.measure.stats import Aggregate
-        from workload.observe.target import parse_slo_overrides
-        from workload.run.finalize import merge_slos, profile_slos
-
+        self.spec = spec.replace(host=host, model=model, max_model_len=max_model_len)
         # Goodput needs each class's SLOs while requests are counted.
-        self.slos = merge_slos(
-            profile_slos(self.profile),
-            parse_slo_overrides(list(self.opts.agent_slo or [])),
-            list(self.profile.classes),
-        )
+        self.slos = self.spec.slos()
         self.total = Aggregate(self.slos)
         self.delta = Aggregate(self.slos)
         self.class_table = [
-            (name, float(c.weight or 0), c.fixed_count) for name, c in self.profile.classes.items()
+            (name, float(c.weight or 0), c.fixed_count) for name, c in spec.profile.classes.items()
         ]
-        # Workers receive the master's parsed options with each spawn message.
-        self.opts.model = model
-        self.opts.agent_max_model_len = max_model_len
         self.client = Client(
             host,
             api_key=api_key,
@@ -158,25 +167,23 @@ class AgentRuntime:
         """Master/local: fingerprint the server and start scraping /metrics."""
         from workload.observe import fingerprint, metrics
 
-        host = self.target.get("url") or self.env.host
-        api_key = os.environ.get(self.opts.api_key_env or "OPENAI_API_KEY") or None
-        labels = parse_kv(list(self.opts.agent_label or []), "--label")
+        host = self.target.get("url") or self.spec.host
+        api_key = self.api_key()
         log_text = None
-        if self.opts.server_log:
+        if self.spec.server_log:
             try:
-                log_text = Path(self.opts.server_log).read_text(errors="replace")
+                log_text = Path(self.spec.server_log).read_text(errors="replace")
             except OSError as e:
                 raise SetupError(
-                    f"cannot read --server-log {self.opts.server_log}: {e.strerror}"
+                    f"cannot read --server-log {self.spec.server_log}: {e.strerror}"
                 ) from None
         try:
             self.fingerprint = fingerprint.fingerprint(
-                host, api_key=api_key, labels=labels, server_log_text=log_text
+                host, api_key=api_key, labels=self.spec.labels, server_log_text=log_text
             )
         except Exception as e:  # noqa: BLE001 - a fingerprint is best effort; record why
             self.fingerprint = {"error": f"{type(e).__name__}: {e}"}
-        self.labels = labels
-        interval = float(self.opts.scrape_interval or 0)
+        interval = self.spec.scrape_interval
         if interval > 0:
             self.metrics_writer = artifacts.JsonlWriter(self.out_dir / "metrics.jsonl")
             self.scraper = metrics.MetricsScraper(
@@ -222,7 +229,7 @@ class AgentRuntime:
         target = getattr(runner, "target_user_count", None) or 0
         if target and self.users_done >= target:
             log.info("agentload: every user finished its sessions; stopping")
-            headless = bool(getattr(self.opts, "headless", False))
+            headless = bool(getattr(self.env.parsed_options, "headless", False))
             gevent_spawn(runner.quit if headless else runner.stop)
 
     def next_user_index(self) -> int:
@@ -240,6 +247,19 @@ class AgentRuntime:
             self.scraper = None
         if self.metrics_writer is not None:
             self.metrics_writer.close()
+
+    def measured(self) -> Measured:
+        """What this run measured, for finalize_run (with self.spec)."""
+        return Measured(
+            total=self.total,
+            slos=self.slos,
+            started_iso=self.started_iso,
+            started_wall=self.started_wall,
+            ended_iso=self.ended_iso,
+            fingerprint=self.fingerprint,
+            target=self.target,
+            users=getattr(self.env.parsed_options, "num_users", None),
+        )
 
     def close(self) -> None:
         self.stop_observers()

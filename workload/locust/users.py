@@ -73,7 +73,7 @@ class AgentUser(User):
         rt = self.runtime
         if rt is None or rt.planner is None:
             raise StopUser()
-        limit = int(rt.opts.sessions_per_user or 0)
+        limit = rt.spec.sessions_per_user
         if limit and self.session_index >= limit:
             rt.user_done()
             raise StopUser()

@@ -8,32 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from workload.errors import SetupError
 
-class SetupError(Exception):
-    """Bad input or an unusable target found while preparing a run (one line)."""
-
-
-def parse_kv(items: list[str], what: str) -> dict[str, str]:
-    """KEY=VALUE list -> dict; raises SetupError naming the bad item."""
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise SetupError(f"bad {what} {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def parse_slo_overrides(items: list[str]) -> dict[str, dict[str, float]]:
-    """'[CLASS.]metric=value' -> {class or '*': {metric: value}}."""
-    out: dict[str, dict[str, float]] = {}
-    for key, value in parse_kv(items, "--slo").items():
-        cls, _, metric = key.rpartition(".")
-        try:
-            out.setdefault(cls or "*", {})[metric] = float(value)
-        except ValueError:
-            raise SetupError(f"bad --slo {key}={value!r}: the value must be a number") from None
-    return out
+__all__ = ["SetupError", "probe_target"]
 
 
 def probe_target(

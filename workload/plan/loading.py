@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from workload.errors import ProfileError
 from workload.plan.profile import SCHEMA_VERSION, Profile
 from workload.plan.profile_errors import format_errors
 
@@ -32,14 +33,6 @@ DEFAULT_PROFILE = "quickstart"
 # Old schema versions that still load: version -> function(raw dict) -> raw dict one
 # version newer. Empty while there is only version 1.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
-
-
-class ProfileError(Exception):
-    """A profile cannot be used; ``problems`` holds one human-readable line per problem."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 def _builtin_dir() -> Path:

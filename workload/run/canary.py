@@ -34,10 +34,18 @@ from workload.analyze.catalogue import CompareError
 from workload.analyze.options import QuietParser, add_verdict_options, run_cli
 from workload.analyze.thresholds import parse_threshold_flags
 from workload.analyze.verdict import compare_runs
+from workload.errors import EXIT_BAD_INPUT, UsageError
+from workload.procs import die_with_parent, stop_child
+from workload.run.spec import (
+    CANARY_FORBIDDEN,
+    build_run_parser,
+    check_host,
+    raw_values,
+    resolve_spec,
+)
 
 MODES = ("simultaneous", "sequential", "interleaved")
 SIDES = ("baseline", "candidate")
-EXIT_BAD_INPUT = 2
 
 # A run that never ends is a bug somewhere; give up after its duration plus this.
 GRACE_S = 300.0
@@ -74,18 +82,15 @@ def _strip_opts(args: Sequence[str], names: tuple[str, ...]) -> list[str]:
 
 
 def traffic_plan(run_args: Sequence[str]) -> dict[str, Any]:
-    """Validate run_args with `agentload run`'s own parser; return duration and seed."""
-    from workload.cli.main import UsageError, build_run_parser, resolve_run
-
+    """Validate run_args with `agentload run`'s own options; return duration and seed."""
     try:
         args = build_run_parser().parse_args(["--host", "http://127.0.0.1:1", *run_args])
         if args.host != "http://127.0.0.1:1" or args.out:
             raise UsageError("give --baseline/--candidate and --out to canary, not --host/--out")
-        r = resolve_run(args)
+        spec = resolve_spec(raw_values(args))
     except UsageError as e:
         raise CanaryError(str(e)) from None
-    seed = int(r["seed"]) if r["seed"] else int(getattr(r["profile"], "seed", 0) or 0)
-    return {"duration_s": float(r["duration"]), "seed": seed}
+    return {"duration_s": spec.duration_s, "seed": spec.seed}
 
 
 Launcher = Callable[[list[str], Path], subprocess.Popen]
@@ -96,7 +101,9 @@ def _launch(cmd: list[str], log: Path) -> subprocess.Popen:
     env.setdefault("PYTHONUNBUFFERED", "1")
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
-        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(  # noqa: PLW1509 - preexec_fn only sets the death signal
+            cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent()
+        )
 
 
 def _wait(procs: list[tuple[str, subprocess.Popen]], timeout_s: float) -> dict[str, int]:
@@ -106,12 +113,7 @@ def _wait(procs: list[tuple[str, subprocess.Popen]], timeout_s: float) -> dict[s
         try:
             codes[name] = p.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.send_signal(signal.SIGINT)
-            try:
-                codes[name] = p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                codes[name] = p.wait()
+            codes[name] = stop_child(p, timeout_s=30)
             print(f"agentload canary: {name} ran past its time and was stopped", file=sys.stderr)
     return codes
 
@@ -129,14 +131,11 @@ def _run_sides(
                 procs.append((name, launch(cmd, log)))
             codes.update(_wait(procs, timeout_s))
         except BaseException:
-            for _, p in procs:
+            for _, p in procs:  # signal all first, so the sides stop together
                 if p.poll() is None:
                     p.send_signal(signal.SIGINT)
             for _, p in procs:
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+                stop_child(p, sig=None, timeout_s=30)
             raise
         for name, code in codes.items():
             if code == EXIT_BAD_INPUT:
@@ -261,17 +260,15 @@ def main_canary(argv: list[str]) -> int:
     p = canary_argparser()
 
     def body(args: argparse.Namespace) -> int:
-        from workload.cli.main import check_host
-
         run_args: list[str] = args.rest
-        for flag in ("--host", "--out", "--server-log"):
+        for flag in CANARY_FORBIDDEN:
             if any(a == flag or a.startswith(flag + "=") for a in run_args):
                 raise CanaryError(
                     f"{flag} is set by canary per side; use --baseline/--candidate/--out/--*-log"
                 )
         try:
             urls = check_host(args.baseline), check_host(args.candidate)
-        except Exception as e:  # UsageError from the composition root
+        except UsageError as e:
             raise CanaryError(str(e)) from None
         for log in (args.baseline_log, args.candidate_log):
             if log and not Path(log).is_file():

@@ -1,6 +1,6 @@
 """End of a run: evaluate SLOs, write run.json / stats.json / junit.xml / report, pick the exit code.
 
-Exit codes (docs/ci.md): 0 pass, 1 errors above the allowed ratio,
+Exit codes (README "CI usage"): 0 pass, 1 errors above the allowed ratio,
 2 bad input or unusable target, 3 an SLO violated.
 """
 
@@ -8,42 +8,29 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workload.errors import EXIT_BAD_INPUT, EXIT_ERRORS, EXIT_OK, EXIT_SLO
 from workload.measure import artifacts
 
 log = logging.getLogger("agentload")
 
-EXIT_OK = 0
-EXIT_ERRORS = 1
-EXIT_BAD_INPUT = 2
-EXIT_SLO = 3
 
+@dataclass
+class Measured:
+    """What a finished run measured and found, next to its RunSpec."""
 
-def profile_slos(profile: Any) -> dict[str, dict[str, float]]:
-    """SLOs per class from the profile (only the thresholds that are set)."""
-    out: dict[str, dict[str, float]] = {}
-    for name, cls in profile.classes.items():
-        slo = getattr(cls, "slo", None)
-        if slo is None:
-            continue
-        values = slo.model_dump(exclude_none=True) if hasattr(slo, "model_dump") else dict(slo)
-        if values:
-            out[name] = values
-    return out
-
-
-def merge_slos(
-    base: dict[str, dict[str, float]], overrides: dict[str, dict[str, float]], classes: list[str]
-) -> dict[str, dict[str, float]]:
-    """--slo flags win; an unqualified flag applies to every class."""
-    out = {k: dict(v) for k, v in base.items()}
-    for cls, values in overrides.items():
-        targets = classes if cls == "*" else [cls]
-        for t in targets:
-            out.setdefault(t, {}).update(values)
-    return out
+    total: Any  # workload.measure.stats.Aggregate over the whole run
+    slos: dict[str, dict[str, float]]  # the SLOs the aggregate counted goodput with
+    started_iso: str
+    started_wall: float
+    ended_iso: str | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, Any] = field(default_factory=dict)
+    users: int | None = None  # the user count at the end (the start form may change it)
 
 
 def exit_code_for(error_ratio: float | None, max_error_ratio: float, slo_results: list[Any]) -> int:
@@ -55,17 +42,17 @@ def exit_code_for(error_ratio: float | None, max_error_ratio: float, slo_results
     return EXIT_OK
 
 
-def finalize_run(rt: Any) -> int:
-    """Write the run's summary artifacts from a finished runtime; return the exit code."""
+def finalize_run(spec: Any, m: Measured) -> int:
+    """Write the run's summary artifacts (spec: a workload.run.spec.RunSpec); return the exit code."""
     from workload.measure import slo
     from workload.observe import metrics
     from workload.report.console import console_table
 
-    out = Path(rt.out_dir)
+    out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
-    agg = rt.total
+    agg = m.total
     summary = agg.summary()
-    slos = rt.slos
+    slos = m.slos
     try:
         slo_results = slo.evaluate_slos(agg, slos)
     except ValueError as e:
@@ -73,15 +60,9 @@ def finalize_run(rt: Any) -> int:
         slo_results = []
         code = EXIT_BAD_INPUT
     else:
-        max_err = float(rt.opts.max_error_ratio)
-        if max_err < 0:
-            max_err = float(getattr(rt.profile, "max_error_ratio", 0.05))
-        code = exit_code_for(slo.error_ratio(summary), max_err, slo_results)
+        code = exit_code_for(slo.error_ratio(summary), spec.max_error_ratio, slo_results)
 
-    samples = []
-    mpath = out / "metrics.jsonl"
-    if mpath.exists():
-        samples = list(artifacts.iter_jsonl(mpath))
+    samples = metrics.read_samples(out / "metrics.jsonl")
     scrape = metrics.scrape_summary(samples) if samples else {"absent": ["/metrics (not scraped)"]}
     spec_check = (
         metrics.spec_decode_crosscheck(summary["overall"]["spec_decode"], scrape)
@@ -89,28 +70,28 @@ def finalize_run(rt: Any) -> int:
         else None
     )
 
-    _fill_system_fingerprint(rt.fingerprint, out)
+    _fill_system_fingerprint(m.fingerprint, out)
     artifacts.write_json(out / "stats.json", agg.to_dict())
     (out / "junit.xml").write_text(
-        slo.junit_xml(slo_results, suite_name=f"agentload.{rt.profile.name}")
+        slo.junit_xml(slo_results, suite_name=f"agentload.{spec.profile.name}")
     )
     run = {
         "schema_version": artifacts.SCHEMA_VERSION,
-        "run_id": rt.run_id,
-        "started_at": rt.started_iso,
-        "ended_at": rt.ended_iso or artifacts.iso_now(),
-        "duration_s": round(__import__("time").time() - rt.started_wall, 3),
-        "argv": rt.opts.agent_argv,
-        "profile_name": rt.profile.name,
-        "profile": rt.profile.model_dump(mode="json"),
-        "seed": rt.seed,
-        "labels": getattr(rt, "labels", {}),
-        "target": rt.target,
-        "model": rt.model,
-        "tokenizer": rt.opts.tokenizer,
-        "workers": rt.workers,
-        "users": getattr(rt.opts, "num_users", None),
-        "fingerprint": rt.fingerprint,
+        "run_id": spec.run_id,
+        "started_at": m.started_iso,
+        "ended_at": m.ended_iso or artifacts.iso_now(),
+        "duration_s": round(time.time() - m.started_wall, 3),
+        "argv": spec.argv,
+        "profile_name": spec.profile.name,
+        "profile": spec.profile.model_dump(mode="json"),
+        "seed": spec.seed,
+        "labels": spec.labels,
+        "target": m.target,
+        "model": spec.model,
+        "tokenizer": spec.tokenizer,
+        "workers": spec.workers,
+        "users": m.users,
+        "fingerprint": m.fingerprint,
         "summary": summary,
         "server": scrape,
         "spec_decode_crosscheck": spec_check,

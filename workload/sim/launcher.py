@@ -7,7 +7,6 @@ and on stop() terminate the whole group (then kill it if it lingers).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import selectors
@@ -19,6 +18,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import IO
+
+from workload.procs import stop_child
 
 _READY = re.compile(r"agentload-sim listening on (http://\S+)")
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
@@ -138,15 +139,7 @@ class SimProcess:
         proc = self.proc
         if proc is None:
             return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=timeout_s)
+        stop_child(proc, sig=signal.SIGTERM, timeout_s=timeout_s, group=True)
         if proc.stdout is not None:
             proc.stdout.close()
         if self._stderr is not None:

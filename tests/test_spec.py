@@ -1,0 +1,267 @@
+"""The run option table, the RunSpec it resolves to, the error edge and the child-process helper."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from workload.cli.main import main, resolve_run
+from workload.errors import EXIT_BAD_INPUT, AgentloadError, ProfileError, SetupError, UsageError
+from workload.locust.command import locust_argv
+from workload.locust.options import add_arguments, form_changed, reresolve, spec_from_options
+from workload.procs import die_with_parent, stop_child
+from workload.run.spec import (
+    CANARY_FORBIDDEN,
+    OPTIONS,
+    RunSpec,
+    build_run_parser,
+    raw_values,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAT = str(ROOT / "tests" / "fixtures" / "e2e_chat.yaml")
+
+
+class LocustLikeParser(argparse.ArgumentParser):
+    """Stands in for Locust's configargparse parser: it also takes include_in_web_ui."""
+
+    def __init__(self) -> None:
+        self.web: dict[str, bool] = {}
+        super().__init__(prog="locust", add_help=False)
+
+    def add_argument(self, *flags, include_in_web_ui=True, **kw):  # type: ignore[override]
+        action = super().add_argument(*flags, **kw)
+        self.web[action.dest] = include_in_web_ui
+        return action
+
+
+def _actions(p: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {a.dest: a for a in p._actions if a.option_strings}
+
+
+def test_the_table_feeds_both_parsers_with_the_same_help_and_defaults():
+    run = _actions(build_run_parser())
+    lp = LocustLikeParser()
+    add_arguments(lp)
+    loc = _actions(lp)
+    both = 0
+    for o in OPTIONS:
+        if o.flags:
+            assert run[o.key].help == o.help and set(o.flags) <= set(run[o.key].option_strings)
+        if o.locust_flags:
+            assert loc[o.key].help == o.help
+            assert set(loc[o.key].option_strings) == set(o.locust_flags)
+            assert lp.web[o.key] == o.web
+        if o.flags and o.locust_flags:
+            both += 1
+            assert run[o.key].default == loc[o.key].default
+    assert both >= 10
+    # Locust owns --profile, --users, --spawn-rate, --host: never registered there.
+    flags = {f for a in loc.values() for f in a.option_strings}
+    assert not flags & {"--profile", "--users", "--spawn-rate", "--host", "--run-time"}
+    assert {"--agent-profile", "--seed", "--set", "--label", "--slo", "--agent-spec"} <= flags
+    # The start form shows these, under the field names the web UI posts.
+    assert {k for k, v in lp.web.items() if v} >= {"agent_profile", "seed", "out"}
+    assert {"--host", "--out", "--server-log"} <= set(CANARY_FORBIDDEN)
+
+
+def test_run_accepts_profile_and_agent_profile():
+    a = build_run_parser().parse_args(["--profile", "x"])
+    b = build_run_parser().parse_args(["--agent-profile", "x"])
+    assert raw_values(a)["profile"] == raw_values(b)["profile"] == "x"
+
+
+def test_resolution_applies_the_profile_once(monkeypatch):
+    import workload.plan.loading as profile_mod
+
+    calls = []
+    real = profile_mod.load_profile
+
+    def counting(name, overrides=()):
+        calls.append((name, list(overrides)))
+        return real(name, overrides)
+
+    monkeypatch.setattr(profile_mod, "load_profile", counting)
+    spec = resolve_run(
+        ["--profile", CHAT, "--set", "seed=5", "--label", "a=b", "--slo", "ttft_p95_ms=9"]
+    )
+    assert calls == [(CHAT, ["seed=5"])]
+    assert spec.seed == 5 and spec.labels == {"a": "b"}
+    assert spec.users == int(spec.profile.run.users)
+    assert spec.duration_s == float(spec.profile.run.duration_s)
+    assert spec.max_error_ratio == spec.profile.max_error_ratio
+    assert all(v["ttft_p95_ms"] == 9 for v in spec.slos().values())
+    # What Locust (and every worker) receives: no second load.
+    cmd = locust_argv(spec.replace(host="http://127.0.0.1:9", run_id="r", out="o"))
+    sent = next(a for a in cmd if a.startswith("--agent-spec="))
+    opts = argparse.Namespace(agent_spec=sent.split("=", 1)[1], progress_interval="5")
+    again = spec_from_options(opts, "http://127.0.0.1:9", 1)
+    assert again.run_id == "r" and again.profile == spec.profile
+    assert len(calls) == 1
+
+
+def test_runspec_round_trips_through_json():
+    spec = resolve_run(
+        ["--profile", CHAT, "--seed", "7", "--slo", "chat.e2e_p95_ms=100", "--workers", "2"]
+    )
+    spec = spec.replace(model="m", max_model_len=2048, run_id="r1", out="/tmp/x", host="http://h:1")
+    text = spec.to_json()
+    json.loads(text)  # one JSON value
+    back = RunSpec.from_json(text)
+    assert back == spec
+    assert back.options == spec.options
+    assert back.slos() == spec.slos()
+
+
+def test_explicit_values_win_over_the_profile():
+    spec = resolve_run(
+        ["--profile", CHAT, "--users", "3", "--spawn-rate", "0.5", "--duration", "1m30s",
+         "--max-error-ratio", "0.2", "--sessions-per-user", "2", "--scrape-interval", "0"]
+    )  # fmt: skip
+    assert (spec.users, spec.spawn_rate, spec.duration_s) == (3, 0.5, 90.0)
+    assert (spec.max_error_ratio, spec.sessions_per_user, spec.scrape_interval) == (0.2, 2, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seed", "x"], "bad --seed 'x': it must be an integer"),
+        (["--users", "0"], "bad --users 0: it must be at least 1"),
+        (["--duration", "soon"], "bad --duration 'soon'"),
+        (["--label", "novalue"], "bad --label 'novalue': expected KEY=VALUE"),
+        (["--slo", "ttft_p95_ms=fast"], "bad --slo ttft_p95_ms='fast'"),
+        (["--host", "localhost:8000"], "bad --host 'localhost:8000'"),
+        (["--profile", "no-such-profile"], "no-such-profile"),
+        (["--tokenizer", "x"], "invalid choice"),
+    ],
+)
+def test_bad_run_options_are_one_usage_error(argv, message):
+    with pytest.raises(UsageError, match=None) as e:
+        resolve_run(argv)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_plain_locust_values_resolve_with_the_same_resolver():
+    lp = LocustLikeParser()
+    add_arguments(lp)
+    opts = lp.parse_args(["--agent-profile", CHAT, "--seed", "4", "--set", "seed=9"])
+    opts.num_users, opts.spawn_rate, opts.run_time = 2, 1.0, 20
+    spec = spec_from_options(opts, "http://127.0.0.1:9/", 1)
+    assert spec.seed == 4 and spec.users == 2 and spec.duration_s == 20.0
+    assert spec.host == "http://127.0.0.1:9" and spec.sets == ("seed=9",)
+    # The start form: unchanged values reuse the spec, a new seed re-resolves it.
+    assert not form_changed(opts, spec)
+    opts.seed = "11"
+    assert form_changed(opts, spec)
+    assert reresolve(opts, spec.replace(run_id="r")).seed == 11
+
+
+def test_plain_locust_parser_takes_our_options(tmp_path):
+    """Locust's real parser (in a child: importing locust patches this process with gevent)."""
+    code = textwrap.dedent(
+        f"""
+        import json
+        from locust import argument_parser
+        from workload.locust.options import add_arguments, spec_from_options
+        p = argument_parser.get_empty_argument_parser()
+        argument_parser.setup_parser_arguments(p)
+        add_arguments(p)
+        o = p.parse_args(["-f", "x.py", "--agent-profile", {CHAT!r}, "--seed", "8",
+                          "--label", "k=v", "--users", "3", "--run-time", "10s"])
+        s = spec_from_options(o, "http://127.0.0.1:9", 1)
+        print(json.dumps([s.seed, s.labels, s.users, s.duration_s, s.profile.name]))
+        """
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == [8, {"k": "v"}, 3, 10.0, "e2e_chat"]
+
+
+def test_locust_argv_web_mode_shows_the_form_values():
+    spec = resolve_run(["--profile", CHAT, "--seed", "3", "--web", "--web-port", "8123"])
+    cmd = locust_argv(spec.replace(host="http://127.0.0.1:9", out="o", run_id="r"))
+    assert "--headless" not in cmd and cmd[cmd.index("--web-port") + 1] == "8123"
+    assert cmd[cmd.index("--agent-profile") + 1] == CHAT and cmd[cmd.index("--seed") + 1] == "3"
+    head = locust_argv(spec.replace(web=False, host="http://127.0.0.1:9", out="o", run_id="r"))
+    assert "--headless" in head and head[head.index("--run-time") + 1] == "60s"
+
+
+def test_errors_share_one_base_and_exit_code():
+    for cls in (UsageError, SetupError, ProfileError):
+        assert issubclass(cls, AgentloadError)
+    assert ProfileError(["a", "b"]).problems == ["a", "b"]
+    from workload.observe.target import SetupError as TargetSetupError
+    from workload.plan.loading import ProfileError as PlanProfileError
+
+    assert TargetSetupError is SetupError and PlanProfileError is ProfileError
+
+
+def test_cli_edge_prints_one_line_and_exit_2(capsys):
+    assert main(["run", "--seed", "x"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["agentload: error: bad --seed 'x': it must be an integer"]
+
+
+def test_stop_child_interrupts_then_kills():
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert stop_child(polite, timeout_s=10) != 0  # KeyboardInterrupt ends it
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c",
+         "import signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+         "print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert stubborn.stdout is not None and stubborn.stdout.readline().strip() == b"ready"
+    t0 = time.monotonic()
+    assert stop_child(stubborn, timeout_s=0.5) == -signal.SIGKILL
+    assert time.monotonic() - t0 < 10
+    stubborn.stdout.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_child_dies_with_its_parent(tmp_path):
+    """A parent killed with SIGKILL (no cleanup runs) still takes its child down."""
+    parent_code = textwrap.dedent(
+        """
+        import subprocess, sys, time
+        from workload.procs import die_with_parent
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                 preexec_fn=die_with_parent())
+        print(child.pid, flush=True)
+        time.sleep(60)
+        """
+    )
+    assert die_with_parent() is not None
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert parent.stdout is not None
+    child_pid = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait(timeout=10)
+    parent.stdout.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(child_pid):
+        time.sleep(0.05)
+    assert not _alive(child_pid), "the child outlived its parent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"  # a zombie is dead
+    except FileNotFoundError:
+        return False

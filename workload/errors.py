@@ -1,0 +1,38 @@
+"""The one error hierarchy and the exit codes (bottom layer: imports nothing of ours).
+
+Errors are raised where input is checked and turned into one line
+("agentload: error: ...") plus an exit code at the CLI edge only
+(`workload.cli.main.main`).
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_ERRORS = 1  # errors above the allowed ratio
+EXIT_BAD_INPUT = 2  # bad input or an unusable target
+EXIT_SLO = 3  # an SLO violated (run)
+EXIT_REGRESSION = 3  # the candidate is worse (compare, canary)
+EXIT_SIGINT = 130  # 128 + SIGINT
+EXIT_SIGTERM = 143  # 128 + SIGTERM
+
+
+class AgentloadError(Exception):
+    """Base of every error agentload reports to a user as one line."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class UsageError(AgentloadError):
+    """Bad input from the command line (one line, exit 2)."""
+
+
+class SetupError(AgentloadError):
+    """Bad input or an unusable target found while preparing a run (one line)."""
+
+
+class ProfileError(AgentloadError):
+    """A profile cannot be used; ``problems`` holds one human-readable line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))

@@ -1,0 +1,442 @@
+"""The run options, defined once, and the run they resolve to (`RunSpec`).
+
+`OPTIONS` is the one table of run options. It feeds `agentload run`'s parser
+(`build_run_parser`), the options `agentload canary` passes to both sides
+(`CANARY_FORBIDDEN` are the ones it sets itself), and Locust's parser
+(`workload.locust.options.add_arguments` iterates it). Both parsers store an
+option under the same `dest`, so `raw_values(namespace)` reads either.
+
+`resolve_spec(values)` turns raw values into a frozen `RunSpec` exactly once:
+the profile is loaded with its --set overrides, the seed is parsed, the
+profile's defaults (users, spawn rate, duration, seed, max error ratio) are
+applied, labels and SLO overrides are parsed and checked, the host is checked.
+`RunSpec.to_json()` / `RunSpec.from_json()` carry it, as one value, from
+`agentload run` to its Locust process and from Locust's master to its workers.
+
+Adding an option: add an `Option` row (its `parse` turns the raw string, or
+list of strings for `repeat` options, into the typed value; raise UsageError
+with a one-line message), then a `RunSpec` field of the same name. Options
+whose value depends on the profile are finished in `resolve_spec`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from workload.errors import ProfileError, UsageError
+
+# ---------------------------------------------------------------------------------------------
+# value parsers (each raises UsageError with one line naming the flag)
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '2m', '1h30m', '1m30s' -> seconds (> 0)."""
+    t = text.strip().lower()
+    m = _DURATION.match(t)
+    if not t or not m or not any(m.groups()):
+        raise UsageError(f"bad --duration {text!r}: use e.g. 30s, 5m, 1h30m")
+    h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+    total = h * 3600 + mi * 60 + s
+    if total <= 0:
+        raise UsageError(f"bad --duration {text!r}: it must be longer than 0s")
+    return total
+
+
+def check_host(url: str) -> str:
+    """A base URL such as http://127.0.0.1:8000, without a trailing slash."""
+    p = urlparse(url)
+    if p.scheme not in ("http", "https") or not p.hostname:
+        raise UsageError(f"bad --host {url!r}: use a base URL such as http://127.0.0.1:8000")
+    return url.rstrip("/")
+
+
+def parse_kv(items: list[str], what: str) -> dict[str, str]:
+    """KEY=VALUE list -> dict; raises UsageError naming the bad item."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"bad {what} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_slo_overrides(items: list[str]) -> dict[str, dict[str, float]]:
+    """'[CLASS.]metric=value' -> {class or '*': {metric: value}}."""
+    out: dict[str, dict[str, float]] = {}
+    for key, value in parse_kv(items, "--slo").items():
+        cls, _, metric = key.rpartition(".")
+        try:
+            out.setdefault(cls or "*", {})[metric] = float(value)
+        except ValueError:
+            raise UsageError(f"bad --slo {key}={value!r}: the value must be a number") from None
+    return out
+
+
+def _whole(flag: str, minimum: int) -> Callable[[Any], int | None]:
+    def parse(value: Any) -> int | None:
+        text = str(value).strip()
+        if not text:
+            return None
+        try:
+            n = int(text)
+        except ValueError:
+            raise UsageError(f"bad {flag} {text!r}: it must be a whole number") from None
+        if n < minimum:
+            raise UsageError(f"bad {flag} {n}: it must be at least {minimum}")
+        return n
+
+    return parse
+
+
+def _number(flag: str, *, positive: bool) -> Callable[[Any], float | None]:
+    def parse(value: Any) -> float | None:
+        text = str(value).strip()
+        if not text:
+            return None
+        try:
+            x = float(text)
+        except ValueError:
+            raise UsageError(f"bad {flag} {text!r}: it must be a number") from None
+        if positive and x <= 0:
+            raise UsageError(f"bad {flag} {text}: it must be greater than 0")
+        if not positive and x < 0:
+            raise UsageError(f"bad {flag} {text}: it must be >= 0")
+        return x
+
+    return parse
+
+
+def _seed(value: Any) -> int | None:
+    text = str(value or "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"bad --seed {text!r}: it must be an integer") from None
+
+
+def _max_error_ratio(value: Any) -> float | None:
+    text = str(value).strip()
+    if not text:
+        return None
+    try:
+        x = float(text)
+    except ValueError:
+        raise UsageError(f"bad --max-error-ratio {text!r}: it must be a number") from None
+    return None if x < 0 else x  # negative: the profile's (Locust's old default was -1)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _items(value: Any) -> tuple[str, ...]:
+    return tuple(value or ())
+
+
+def _flag(value: Any) -> bool:
+    return bool(value) and str(value).lower() not in ("false", "0")
+
+
+# ---------------------------------------------------------------------------------------------
+# the table
+
+
+@dataclass(frozen=True)
+class Option:
+    """One run option: its flags on each command line, help, default and parser."""
+
+    name: str  # the RunSpec field it fills (and the key in raw values)
+    flags: tuple[str, ...]  # on `agentload run`; () = not an `agentload run` option
+    help: str
+    default: Any = ""  # the raw default, as typed on a command line
+    parse: Callable[[Any], Any] = _text  # raw -> typed; raises UsageError
+    dest: str = ""  # argparse dest on both parsers (default: name); the start form's field name
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    repeat: bool = False  # action="append"
+    switch: bool = False  # action="store_true"
+    locust: tuple[str, ...] | None = None  # flags on Locust's parser; None: same as flags;
+    # (): not registered there (Locust owns it, or it only matters to `agentload run`)
+    web: bool = False  # shown in Locust's web UI start form
+    canary: bool = True  # passed by `agentload canary` to both sides (False: canary sets it)
+
+    @property
+    def key(self) -> str:
+        return self.dest or self.name
+
+    @property
+    def locust_flags(self) -> tuple[str, ...]:
+        return self.flags if self.locust is None else self.locust
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("host", ("--host",), "server base URL; none = start the embedded simulator",
+           locust=(), canary=False),
+    Option("profile", ("--profile", "--agent-profile"),
+           "profile: a built-in name or a YAML file (default: quickstart)",
+           default="quickstart", dest="agent_profile", metavar="PROFILE", locust=("--agent-profile",),
+           web=True),
+    Option("users", ("--users",), "concurrent users (default: the profile's users)",
+           parse=_whole("--users", 1), locust=()),
+    Option("spawn_rate", ("--spawn-rate",), "users started per second (default: users per second)",
+           parse=_number("--spawn-rate", positive=True), locust=()),
+    Option("duration_s", ("--duration",), "run length, e.g. 30s, 5m (default: the profile's duration)",
+           dest="duration", parse=lambda v: parse_duration(v) if str(v).strip() else None,
+           locust=()),
+    Option("seed", ("--seed",), "traffic seed (integer; default: the profile's seed)",
+           parse=_seed, web=True),
+    Option("sets", ("--set",), "override a profile field: path.to.field=value (repeatable)",
+           dest="agent_set", metavar="PATH=VALUE", repeat=True, default=(), parse=_items),
+    Option("labels", ("--label",),
+           "operator label recorded in run.json, e.g. container=vllm:0.29 (repeatable)",
+           dest="agent_label", metavar="KEY=VALUE", repeat=True, default=(),
+           parse=lambda v: parse_kv(list(v or ()), "--label")),
+    Option("slo_overrides", ("--slo",),
+           "SLO override [CLASS.]METRIC=VALUE, e.g. ttft_p95_ms=800 or interactive.e2e_p95_ms=20000 "
+           "(repeatable)",
+           dest="agent_slo", metavar="[CLASS.]METRIC=VALUE", repeat=True, default=(),
+           parse=lambda v: parse_slo_overrides(list(v or ()))),
+    Option("model", ("--model",), "model name (default: discovered from /v1/models)", web=True),
+    Option("tokenizer", ("--tokenizer",),
+           "prompt-size tokenizer: offline tiktoken cl100k_base, or the target's /tokenize",
+           default="tiktoken", choices=("tiktoken", "server"), web=True),
+    Option("sessions_per_user", ("--sessions-per-user",),
+           "end each user after N sessions (0: the run time decides)",
+           default="0", parse=lambda v: _whole("--sessions-per-user", 0)(v) or 0, web=True),
+    Option("scrape_interval", ("--scrape-interval",),
+           "seconds between /metrics scrapes of the target (0: off)",
+           default="2", parse=lambda v: _number("--scrape-interval", positive=False)(v) or 0.0,
+           web=True),
+    Option("max_error_ratio", ("--max-error-ratio",),
+           "exit 1 above this error ratio (default: the profile's max_error_ratio)",
+           parse=_max_error_ratio),
+    Option("api_key_env", ("--api-key-env",),
+           "environment variable that holds the API key (default OPENAI_API_KEY; never written anywhere)",
+           default="OPENAI_API_KEY"),
+    Option("workers", ("--workers",), "worker processes on this machine (Locust --processes)",
+           default="1", parse=lambda v: _whole("--workers", 1)(v) or 1, locust=()),
+    Option("sim_preset", ("--sim-preset",), "simulator preset when no --host is given",
+           default="default", locust=()),
+    Option("sim_faults", ("--sim-fault",),
+           "simulator fault injection, e.g. 500=0.05 or reset=0.01 (no --host only)",
+           metavar="KIND=RATE", repeat=True, default=(), parse=_items, locust=()),
+    Option("sim_sets", ("--sim-set",),
+           "simulator engine setting (no --host only), e.g. ttft_scale=1.1",
+           metavar="KEY=VALUE", repeat=True, default=(), parse=_items, locust=()),
+    Option("out", ("--out",), "run directory (default runs/<run id>)", web=True, canary=False),
+    Option("server_log", ("--server-log",), "vLLM server log file to fingerprint", canary=False),
+    Option("web", ("--web",), "open Locust's web UI instead of running headless",
+           default=False, switch=True, parse=_flag, locust=()),
+    Option("web_port", ("--web-port",), "web UI port (with --web)", default="8089",
+           parse=lambda v: _whole("--web-port", 1)(v) or 8089, locust=()),
+    # Locust-only: set by `agentload run` through the spec, or by hand on plain `locust`.
+    Option("run_id", (), "run id (default: a new one)", dest="agent_run_id", locust=("--run-id",)),
+    Option("argv", (), "(internal) the agentload command line", dest="agent_argv",
+           locust=("--agent-argv",)),
+    Option("progress_interval", (),
+           "seconds between progress lines in headless runs (0: off)", default="5",
+           parse=lambda v: _number("--progress-interval", positive=False)(v) or 0.0,
+           locust=("--progress-interval",)),
+    Option("spec", (), "(internal) the resolved run, as JSON, from agentload run or the master",
+           dest="agent_spec", locust=("--agent-spec",), canary=False),
+)  # fmt: skip
+
+BY_NAME = {o.name: o for o in OPTIONS}
+# Canary sets these per side itself.
+CANARY_FORBIDDEN = tuple(f for o in OPTIONS if not o.canary and o.flags for f in o.flags)
+
+
+def add_options(parser: Any, options: tuple[Option, ...], *, locust: bool = False) -> None:
+    """Register `options` on an argparse (or Locust's configargparse) parser."""
+    for o in options:
+        flags = o.locust_flags if locust else o.flags
+        if not flags:
+            continue
+        kw: dict[str, Any] = {"dest": o.key, "help": o.help}
+        if o.switch:
+            kw["action"] = "store_true"
+        else:
+            kw["default"] = list(o.default) if o.repeat else o.default
+            if o.repeat:
+                kw["action"] = "append"
+            if o.metavar:
+                kw["metavar"] = o.metavar
+            if o.choices:
+                kw["choices"] = list(o.choices)
+        if locust:
+            kw["include_in_web_ui"] = o.web
+        parser.add_argument(*flags, **kw)
+
+
+def raw_values(ns: Any, options: tuple[Option, ...] = OPTIONS) -> dict[str, Any]:
+    """{option name: raw value} from a parsed namespace (either parser's)."""
+    out: dict[str, Any] = {}
+    for o in options:
+        if hasattr(ns, o.key):
+            v = getattr(ns, o.key)
+            out[o.name] = list(v or ()) if o.repeat else v
+    return out
+
+
+class ArgParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are UsageError (one line, exit 2), not usage + exit."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_run_parser(prog: str = "agentload run") -> argparse.ArgumentParser:
+    """`agentload run`'s parser: every table option with run flags, then `-- LOCUST ARGS`."""
+    p = ArgParser(
+        prog=prog, description="Run agent traffic against a server (or the embedded simulator)."
+    )
+    add_options(p, OPTIONS)
+    p.add_argument(
+        "locust_args",
+        nargs=argparse.REMAINDER,
+        help="after --: extra arguments passed to Locust unchanged",
+    )
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# the resolved run
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A run, resolved once from its options and profile; hand it on, do not re-derive it."""
+
+    profile: Any  # workload.plan.profile.Profile, --set applied and validated
+    profile_ref: str  # the name or file given
+    sets: tuple[str, ...]
+    seed: int
+    users: int
+    spawn_rate: float
+    duration_s: float
+    workers: int
+    host: str  # "" = start the embedded simulator
+    model: str  # requested; after preparation the model the run uses
+    max_model_len: int | None  # the target's, found when the model is discovered
+    tokenizer: str
+    sessions_per_user: int
+    scrape_interval: float
+    max_error_ratio: float
+    api_key_env: str
+    labels: dict[str, str]
+    slo_overrides: dict[str, dict[str, float]]
+    sim_preset: str = "default"
+    sim_faults: tuple[str, ...] = ()
+    sim_sets: tuple[str, ...] = ()
+    out: str = ""
+    server_log: str = ""
+    web: bool = False
+    web_port: int = 8089
+    run_id: str = ""
+    argv: str = ""
+    progress_interval: float = 5.0
+    locust_args: tuple[str, ...] = ()
+    # The raw option values this was resolved from (the start form is compared with them).
+    options: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def replace(self, **changes: Any) -> RunSpec:
+        """A copy with some fields changed (the spec itself never changes)."""
+        return dataclasses.replace(self, **changes)
+
+    def slos(self) -> dict[str, dict[str, float]]:
+        """Each class's SLOs: the profile's, then --slo overrides (an unqualified one: every class)."""
+        out: dict[str, dict[str, float]] = {}
+        for name, cls in self.profile.classes.items():
+            slo = getattr(cls, "slo", None)
+            values = slo.model_dump(exclude_none=True) if slo is not None else {}
+            if values:
+                out[name] = dict(values)
+        for cls_name, values in self.slo_overrides.items():
+            for t in list(self.profile.classes) if cls_name == "*" else [cls_name]:
+                out.setdefault(t, {}).update(values)
+        return out
+
+    def to_json(self) -> str:
+        """One JSON string; `from_json` gives back an equal spec."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["profile"] = self.profile.model_dump(mode="json")
+        return json.dumps(d, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        """The spec `to_json` wrote (the profile is validated again, not re-read from disk)."""
+        from workload.plan.loading import validate_profile
+
+        d = json.loads(text)
+        d["profile"] = validate_profile(d["profile"], label=d.get("profile_ref") or "<spec>")
+        for name in ("sets", "sim_faults", "sim_sets", "locust_args"):
+            d[name] = tuple(d.get(name) or ())
+        return cls(**d)
+
+
+def resolve_spec(values: Mapping[str, Any], *, load_profile: Any = None) -> RunSpec:
+    """Check every option, load the profile once, apply its defaults: the run's RunSpec.
+
+    `values` maps option names (`OPTIONS`) to raw values, as `raw_values` reads
+    them; missing ones take the table's default. Raises UsageError (one line).
+    """
+    if load_profile is None:
+        from workload.plan.loading import load_profile
+    typed: dict[str, Any] = {}
+    for o in OPTIONS:
+        raw = values.get(o.name, o.default)
+        typed[o.name] = o.parse(o.default if raw is None else raw)
+    host = check_host(typed["host"]) if typed["host"] else ""
+    try:
+        profile = load_profile(typed["profile"], list(typed["sets"]))
+    except ProfileError as e:
+        raise UsageError("; ".join(e.problems)) from None
+    run = profile.run
+    users = typed["users"] or int(run.users)
+    max_err = typed["max_error_ratio"]
+    return RunSpec(
+        profile=profile,
+        profile_ref=typed["profile"],
+        sets=tuple(typed["sets"]),
+        seed=int(profile.seed) if typed["seed"] is None else typed["seed"],
+        users=users,
+        spawn_rate=typed["spawn_rate"] or float(run.spawn_rate or users),
+        duration_s=typed["duration_s"] or float(run.duration_s),
+        workers=typed["workers"],
+        host=host,
+        model=typed["model"],
+        max_model_len=None,
+        tokenizer=typed["tokenizer"],
+        sessions_per_user=typed["sessions_per_user"],
+        scrape_interval=typed["scrape_interval"],
+        max_error_ratio=float(getattr(profile, "max_error_ratio", 0.05))
+        if max_err is None
+        else max_err,
+        api_key_env=typed["api_key_env"] or "OPENAI_API_KEY",
+        labels=typed["labels"],
+        slo_overrides=typed["slo_overrides"],
+        sim_preset=typed["sim_preset"],
+        sim_faults=tuple(typed["sim_faults"]),
+        sim_sets=tuple(typed["sim_sets"]),
+        out=typed["out"],
+        server_log=typed["server_log"],
+        web=typed["web"],
+        web_port=typed["web_port"],
+        run_id=typed["run_id"],
+        argv=typed["argv"],
+        progress_interval=typed["progress_interval"],
+        locust_args=tuple(a for a in values.get("locust_args") or () if a != "--"),
+        options={k: v for k, v in values.items() if k in BY_NAME and k != "spec"},
+    )
