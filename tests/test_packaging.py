@@ -64,7 +64,7 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path):
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     where = subprocess.check_output(
-        [str(py), "-c", "import workload, workload.plan.profile as p; "
+        [str(py), "-c", "import workload, workload.plan.loading as p; "
          "print(workload.__file__); print(p._builtin_dir())"],
         text=True, cwd=tmp_path,
     ).split()  # fmt: skip
