@@ -34,7 +34,9 @@ The transport (``workload.measure.transport``) sends the bytes and hands back li
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import hashlib
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,6 +62,26 @@ from workload.measure.transport import (
 
 ERROR_EXCERPT_CHARS = 500
 _TERMINAL = frozenset(("timeout", "stall", "stream_reset", "cancelled", "connect"))
+
+
+def parse_retry_after(value: str | None, now_s: float) -> float | None:
+    """Retry-After (delta seconds or an HTTP date) -> seconds from ``now_s``; None if absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        secs = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        secs = when.timestamp() - now_s
+    if not math.isfinite(secs):
+        return None
+    return round(max(0.0, secs), 3)
 
 
 def request_id_for(seed: int, session_id: str, step: int, attempt: int, run_tag: str = "") -> str:
@@ -124,6 +146,7 @@ class _Reply:
         "done_ns",
         "events",
         "bad",
+        "choices_seen",
     )
 
     def __init__(self, rec: RequestRecord, chat: bool) -> None:
@@ -135,6 +158,7 @@ class _Reply:
         self.done_ns: int | None = None
         self.events = 0
         self.bad: str | None = None  # first malformed detail
+        self.choices_seen = False  # some chunk carried a `choices` list (else: not a completion)
 
     # --- streaming
 
@@ -169,7 +193,10 @@ class _Reply:
     def _chunk(self, obj: dict[str, Any]) -> bool:
         self._envelope(obj)
         bearing = False
-        for ch in obj.get("choices") or ():
+        choices = obj.get("choices")
+        if isinstance(choices, list):
+            self.choices_seen = True
+        for ch in choices or ():
             primary = ch.get("index", 0) == 0
             if self.chat:
                 delta = ch.get("delta") or {}
@@ -374,10 +401,23 @@ class Client:
                 req.path, headers, req.body, read_timeout_s=read_timeout, on_send=on_send
             )
             rec.http_status = resp.status
+            ctype = str(resp.headers.get("content-type", "")) if resp.headers else ""
             if not 200 <= resp.status < 300:
+                rec.retry_after_s = parse_retry_after(
+                    resp.headers.get("retry-after") if resp.headers else None, self._wall()
+                )
                 body = resp.read()
                 end_ns = clock()
                 fail(rec, "http_status", f"HTTP {resp.status}: {_excerpt(body)}")
+            elif req.stream and ctype and "event-stream" not in ctype.lower():
+                # an HTML error page or a JSON body answering a streaming call: say what it was
+                body = resp.read()
+                end_ns = clock()
+                fail(
+                    rec,
+                    "bad_response",
+                    f"streaming reply is {ctype[:80]}, not text/event-stream: {_excerpt(body)}",
+                )
             elif req.stream:
                 end_ns = self._read_stream(resp, reply, sent[0] + int(req.timeout_s * 1e9))
             else:
@@ -432,6 +472,9 @@ class Client:
             if reply.events == 0 and head:
                 reply.bad = reply.bad or "no events"
                 fail(reply.rec, "bad_response", f"not an event stream: {_excerpt(head)}")
+        data_events = reply.events - (reply.done_ns is not None)
+        if data_events > 0 and not reply.choices_seen and reply.rec.error_kind is None:
+            fail(reply.rec, "bad_response", f"no chunk carried choices: {_excerpt(head)}")
         if reply.done_ns is None:
             if reply.events == 0 and not head:
                 fail(reply.rec, "missing_done", "empty stream")
