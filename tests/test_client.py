@@ -435,7 +435,9 @@ def test_unexpected_transport_exception_becomes_data():
 def _one(status, reads, headers=None, stream=True):
     clock = FakeClock()
     resp = FakeResponse(clock, status, reads, headers=headers)
-    client = Client("http://t", transport=FakeTransport(clock, resp), clock=clock, wall=lambda: 1000.0)
+    client = Client(
+        "http://t", transport=FakeTransport(clock, resp), clock=clock, wall=lambda: 1000.0
+    )
     req = PreparedRequest(
         path="/v1/chat/completions", body=b"{}", stream=stream, endpoint="chat", request_id="r"
     )
@@ -443,7 +445,9 @@ def _one(status, reads, headers=None, stream=True):
 
 
 def test_html_page_on_streaming_call_is_bad_response():
-    rec = _one(200, [(1, b"<html><body>Gateway says hi</body></html>")], {"content-type": "text/html"})
+    rec = _one(
+        200, [(1, b"<html><body>Gateway says hi</body></html>")], {"content-type": "text/html"}
+    )
     assert rec.error_kind == "bad_response"
     assert "text/html" in rec.error_detail and "Gateway says hi" in rec.error_detail
 

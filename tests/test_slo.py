@@ -145,7 +145,10 @@ def test_check_slo_overrides_did_you_mean():
     from workload.measure.slo import check_slo_overrides
 
     classes = ["coding-agent", "chat"]
-    assert check_slo_overrides({"*": {"ttft_p95_ms": 500}, "chat": {"error_ratio": 0.1}}, classes) == []
+    assert (
+        check_slo_overrides({"*": {"ttft_p95_ms": 500}, "chat": {"error_ratio": 0.1}}, classes)
+        == []
+    )
     [p] = check_slo_overrides({"codingagent": {"ttft_p95_ms": 500}}, classes)
     assert "unknown class 'codingagent'" in p and "did you mean 'coding-agent'?" in p
     [p] = check_slo_overrides({"*": {"eror_ratio": 0.1}}, classes)

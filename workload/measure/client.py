@@ -147,6 +147,7 @@ class _Reply:
         "events",
         "bad",
         "choices_seen",
+        "last_ns",
     )
 
     def __init__(self, rec: RequestRecord, chat: bool) -> None:
@@ -159,6 +160,7 @@ class _Reply:
         self.events = 0
         self.bad: str | None = None  # first malformed detail
         self.choices_seen = False  # some chunk carried a `choices` list (else: not a completion)
+        self.last_ns = 0  # stamp of the last read (0: nothing read yet)
 
     # --- streaming
 
@@ -433,7 +435,10 @@ class Client:
                 raise
             fail(rec, "timeout", f"no complete reply within {req.timeout_s:g}s")
         except GreenletExit:
-            fail(rec, "cancelled", "user stopped mid-request")
+            # say how long the server had been silent: a stall the run outlived is not hidden
+            last = reply.last_ns or sent[0]
+            quiet = f" after {(clock() - last) / 1e9:.1f}s without bytes" if last else ""
+            fail(rec, "cancelled", f"user stopped mid-request{quiet}")
         except Exception as e:  # a bug here must not kill the simulated user
             fail(rec, "bad_response", f"client error: {e!r}")
         finally:
@@ -456,6 +461,7 @@ class Client:
             while True:
                 line = readline()
                 t = clock()  # stamp before any parsing
+                reply.last_ns = t
                 if not line:
                     break
                 if t > deadline_ns:

@@ -79,7 +79,7 @@ class SLOResult:
 
     @property
     def status(self) -> str:
-        """"met", "violated" or "not judged" (no samples)."""
+        """ "met", "violated" or "not judged" (no samples)."""
         if not self.judged:
             return "not judged"
         return "met" if self.passed else "violated"
