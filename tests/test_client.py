@@ -485,3 +485,8 @@ def test_parse_retry_after():
     assert parse_retry_after(None, 0) is None
     assert parse_retry_after("nan", 0) is None
     assert parse_retry_after(" 3 ", 0) == 3.0
+
+
+def test_cancel_during_a_silent_stream_says_how_long_it_was_silent():
+    rec = _one(200, [(5, b'data: {"choices": []}\n'), (30_000, GreenletExit())])
+    assert rec.status == "cancelled" and "after 30.0s without bytes" in rec.error_detail

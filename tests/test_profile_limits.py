@@ -154,3 +154,14 @@ def test_validate_profile_without_origins_uses_label():
     with pytest.raises(ProfileError) as e:
         validate_profile({"classes": {"a": {"steps": 0}}}, label="x")
     assert e.value.problems[0].startswith("x: classes.a.steps")
+
+
+def test_priority_and_tool_schema_are_bounded(tmp_path):
+    with pytest.raises(ProfileError, match="priority: must be <="):
+        validate_profile({"classes": {"a": {"request": {"priority": 10**30}}}})
+    raw = {
+        "tools": {"r": {"parameters": {"type": "object", "x": float("nan")}}},
+        "classes": {"a": {}},
+    }
+    with pytest.raises(ProfileError, match="finite numbers only"):
+        validate_profile(raw)

@@ -100,7 +100,22 @@ class ToolSpec(_M):
     def _object_schema(cls, v: dict[str, Any]) -> dict[str, Any]:
         if v.get("type") != "object":
             raise ValueError("parameters must be a JSON Schema with type: object")
+        if not _finite_json(v):
+            raise ValueError("parameters must hold finite numbers only (no NaN or infinity)")
         return v
+
+
+def _finite_json(v: Any, depth: int = 0) -> bool:
+    """No NaN / infinity anywhere in a JSON-like value (they are not JSON)."""
+    if depth > 64:
+        return False
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, dict):
+        return all(_finite_json(x, depth + 1) for x in v.values())
+    if isinstance(v, list):
+        return all(_finite_json(x, depth + 1) for x in v)
+    return True
 
 
 class SystemPrompt(_M):
@@ -187,6 +202,8 @@ class RequestSpec(_M):
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature.")
     priority: int | None = Field(
         None,
+        ge=-(2**31),
+        le=2**31 - 1,
         description="vLLM `priority` (lower runs first; needs --scheduling-policy priority). Omitted when null.",
     )
     session_id: bool = Field(False, description="Send vLLM `session_id` = the session's id.")
