@@ -425,8 +425,8 @@ class Profile(_M):
             out += _floor_problems(f"classes.{cname}", c, DIST_FLOORS)
             if c.steps.dist == "constant" and not float(c.steps.value).is_integer():  # type: ignore[union-attr]
                 out.append(f"classes.{cname}.steps: must be a whole number of steps")
-        for tname, t in self.tools.items():
-            out += _floor_problems(f"tools.{tname}", t, TOOL_DIST_FLOORS)
+        for tname, tool in self.tools.items():
+            out += _floor_problems(f"tools.{tname}", tool, TOOL_DIST_FLOORS)
         return out
 
 
