@@ -490,3 +490,13 @@ def test_parse_retry_after():
 def test_cancel_during_a_silent_stream_says_how_long_it_was_silent():
     rec = _one(200, [(5, b'data: {"choices": []}\n'), (30_000, GreenletExit())])
     assert rec.status == "cancelled" and "after 30.0s without bytes" in rec.error_detail
+
+
+def test_records_never_carry_url_credentials():
+    clock = FakeClock()
+    resp = FakeResponse(clock, 200, [(1, b"data: [DONE]\n")])
+    client = Client("http://u:secret@t:9", transport=FakeTransport(clock, resp), clock=clock)
+    rec = client.exchange(
+        PreparedRequest(path="/v1/x", body=b"{}", stream=True, endpoint="chat", request_id="r")
+    )
+    assert rec.target == "http://***@t:9" and "secret" not in orjson.dumps(rec.to_json()).decode()

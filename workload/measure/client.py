@@ -52,6 +52,7 @@ from workload.measure.records import (
     ToolCall,
 )
 from workload.measure.sse import SSEParser
+from workload.observe.safe import redact_url
 from workload.measure.transport import (
     GeventTransport,
     PreparedRequest,
@@ -345,6 +346,7 @@ class Client:
         worker: str = "0",
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._target = redact_url(self.base_url)  # records never carry user:password@
         self._clock = clock
         self._wall = wall
         self._run_id = run_id
@@ -371,7 +373,7 @@ class Client:
         """
         rec = RequestRecord(
             run_id=self._run_id,
-            target=self.base_url,
+            target=self._target,
             worker=self._worker,
             user_class=req.user_class,
             session_id=req.session_id,

@@ -113,7 +113,9 @@ def parse_slo_key(key: str) -> tuple[str, str | None, str, str]:
     if key in _SCALAR_SLOS:
         bound, unit = _SCALAR_SLOS[key]
         return key, None, bound, unit
-    raise ValueError(f"unknown SLO {key!r}; expected one of: {SLO_KEY_HELP}")
+    raise ValueError(
+        f"unknown SLO {key!r}{_did_you_mean(key, _known_keys())}; expected one of: {SLO_KEY_HELP}"
+    )
 
 
 def validate_slos(slos_by_class: Mapping[str, Mapping[str, Any]]) -> list[str]:
