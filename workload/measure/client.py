@@ -52,7 +52,6 @@ from workload.measure.records import (
     ToolCall,
 )
 from workload.measure.sse import SSEParser
-from workload.observe.safe import redact_url
 from workload.measure.transport import (
     GeventTransport,
     PreparedRequest,
@@ -60,6 +59,7 @@ from workload.measure.transport import (
     TransportError,
     TransportResponse,
 )
+from workload.observe.safe import redact_url
 
 ERROR_EXCERPT_CHARS = 500
 _TERMINAL = frozenset(("timeout", "stall", "stream_reset", "cancelled", "connect"))
