@@ -9,7 +9,7 @@ from gevent import GreenletExit
 
 from tests.client_builders import METRICS, ROLE, SPEC, USAGE, chunk, final_chunk, request, sse
 from workload.measure.client import Client, ensure_stream_options, request_id_for
-from workload.measure.transport import TransportError
+from workload.measure.transport import PreparedRequest, TransportError
 
 MS = 1_000_000  # ns
 
@@ -427,3 +427,76 @@ def test_non_stream_bad_response(body):
 def test_unexpected_transport_exception_becomes_data():
     rec, _, _ = run([(1, RuntimeError("boom"))])
     assert rec.status == "error" and "boom" in rec.error_detail
+
+
+# ---------------------------------------------------------------- truthful records (issue 14)
+
+
+def _one(status, reads, headers=None, stream=True):
+    clock = FakeClock()
+    resp = FakeResponse(clock, status, reads, headers=headers)
+    client = Client(
+        "http://t", transport=FakeTransport(clock, resp), clock=clock, wall=lambda: 1000.0
+    )
+    req = PreparedRequest(
+        path="/v1/chat/completions", body=b"{}", stream=stream, endpoint="chat", request_id="r"
+    )
+    return client.exchange(req)
+
+
+def test_html_page_on_streaming_call_is_bad_response():
+    rec = _one(
+        200, [(1, b"<html><body>Gateway says hi</body></html>")], {"content-type": "text/html"}
+    )
+    assert rec.error_kind == "bad_response"
+    assert "text/html" in rec.error_detail and "Gateway says hi" in rec.error_detail
+
+
+def test_json_body_on_streaming_call_is_bad_response():
+    rec = _one(200, [(1, b'{"id": "x"}')], {"content-type": "application/json"})
+    assert rec.error_kind == "bad_response" and "not text/event-stream" in rec.error_detail
+
+
+def test_stream_without_any_choices_is_bad_response():
+    rec = _one(200, [(1, b'data: {"id": "x"}\n'), (0, b"\n"), (1, b"data: [DONE]\n"), (0, b"\n")])
+    assert rec.error_kind == "bad_response" and "choices" in rec.error_detail
+
+
+def test_non_stream_json_without_choices_is_bad_response():
+    rec = _one(200, [(1, b'{"id": "x", "object": "chat.completion"}')],
+               {"content-type": "application/json"}, stream=False)  # fmt: skip
+    assert rec.error_kind == "bad_response"
+
+
+def test_retry_after_recorded_on_429_and_503():
+    rec = _one(429, [(1, b"slow down")], {"content-type": "text/plain", "retry-after": "7"})
+    assert rec.error_kind == "http_status" and rec.retry_after_s == 7.0
+    date = "Thu, 01 Jan 1970 00:16:50 GMT"  # wall 1000 s + 10 s
+    rec = _one(503, [(1, b"busy")], {"content-type": "text/plain", "retry-after": date})
+    assert rec.retry_after_s == 10.0
+    rec = _one(503, [(1, b"busy")], {"content-type": "text/plain", "retry-after": "soon"})
+    assert rec.retry_after_s is None
+    assert "retry_after_s" in rec.to_json()
+
+
+def test_parse_retry_after():
+    from workload.measure.client import parse_retry_after
+
+    assert parse_retry_after(None, 0) is None
+    assert parse_retry_after("nan", 0) is None
+    assert parse_retry_after(" 3 ", 0) == 3.0
+
+
+def test_cancel_during_a_silent_stream_says_how_long_it_was_silent():
+    rec = _one(200, [(5, b'data: {"choices": []}\n'), (30_000, GreenletExit())])
+    assert rec.status == "cancelled" and "after 30.0s without bytes" in rec.error_detail
+
+
+def test_records_never_carry_url_credentials():
+    clock = FakeClock()
+    resp = FakeResponse(clock, 200, [(1, b"data: [DONE]\n")])
+    client = Client("http://u:secret@t:9", transport=FakeTransport(clock, resp), clock=clock)
+    rec = client.exchange(
+        PreparedRequest(path="/v1/x", body=b"{}", stream=True, endpoint="chat", request_id="r")
+    )
+    assert rec.target == "http://***@t:9" and "secret" not in orjson.dumps(rec.to_json()).decode()

@@ -361,3 +361,27 @@ def test_throughput_and_cached_ratio_gate_only_when_named_or_unpaired(tmp_path, 
     unpaired = compare_runs(base, write_run(tmp_path / "c", classes=_classes(), seed=43))
     assert _row(unpaired, "overall", "output_throughput").gated
     assert _row(unpaired, "overall", "itl_p95").gated
+
+
+def test_corrupt_jsonl_lines_are_counted_and_warned(tmp_path):
+    """Readers never drop corrupt lines silently (issue 14): counted on RunData, warned in text."""
+    from workload.analyze.rundata import load_run
+
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "requests.jsonl").write_bytes(
+        b'{"user_class": "a", "status": "ok"}\n{not json\n[1, 2]\n\xff\xfe\n{"user_class": "a"'
+    )
+    (d / "sessions.jsonl").write_bytes(b'{"user_class": "a"}\n')
+    data = load_run(d)
+    assert len(data.requests) == 1 and data.skipped_lines == 4
+    w = data.skipped_warning()
+    assert w is not None and "skipped 4 corrupt JSONL lines" in w and "requests.jsonl:2" in w
+
+
+def test_compare_text_warns_about_skipped_lines(tmp_path, base):
+    b = write_run(tmp_path / "b", run_id="run-b", classes=_classes(30), noise_seed=2)
+    with open(b / "requests.jsonl", "ab") as fh:
+        fh.write(b"\x1b[2J{torn\n")
+    text = compare_runs(base, b).render_text()
+    assert "warning:" in text and "skipped 1 corrupt JSONL line" in text and "\x1b" not in text

@@ -65,7 +65,7 @@ def test_generic_percentile_needs_aggregate(agg):
 
 def test_missing_samples(agg):
     slos = {"nobody": {"ttft_p95_ms": 1}, "chat": {"tpot_p95_ms": 5}}
-    assert [r.passed for r in evaluate_slos(agg, slos)] == [False, False]
+    assert [r.passed for r in evaluate_slos(agg, slos, missing="fail")] == [False, False]
     skipped = evaluate_slos(agg, slos, missing="skip")
     assert all(r.skipped and r.passed and r.observed is None for r in skipped)
 
@@ -124,3 +124,36 @@ def test_request_meets_slo():
     assert not request_meets_slo(req(itl_ms={"p99": 30.0}), slo)  # jsonl fallback
     assert not request_meets_slo(req(status="error"), slo)
     assert request_meets_slo(req(ttft_ms=None), slo)  # cannot violate what was not measured
+
+
+def test_no_samples_is_not_judged_by_default(agg):
+    slos = {"nobody": {"ttft_p95_ms": 1}, "chat": {"tpot_p95_ms": 5, "ttft_p95_ms": 1e9}}
+    results = evaluate_slos(agg, slos)
+    assert [r.status for r in results] == ["not judged", "not judged", "met"]
+    assert all(r.passed for r in results)  # not judged is not a violation
+    assert "not judged (no samples)" in results[0].message
+    assert results[0].to_json()["status"] == "not judged" and not results[0].to_json()["judged"]
+    root = ET.fromstring(junit_xml(results))
+    suite = root.find("testsuite")
+    assert suite.get("skipped") == "2" and suite.get("failures") == "0"
+    strict = evaluate_slos(agg, slos, missing="fail")
+    assert [r.passed for r in strict] == [False, False, True]
+    assert [r.status for r in strict][:2] == ["not judged", "not judged"]
+
+
+def test_check_slo_overrides_did_you_mean():
+    from workload.measure.slo import check_slo_overrides
+
+    classes = ["coding-agent", "chat"]
+    assert (
+        check_slo_overrides({"*": {"ttft_p95_ms": 500}, "chat": {"error_ratio": 0.1}}, classes)
+        == []
+    )
+    [p] = check_slo_overrides({"codingagent": {"ttft_p95_ms": 500}}, classes)
+    assert "unknown class 'codingagent'" in p and "did you mean 'coding-agent'?" in p
+    [p] = check_slo_overrides({"*": {"eror_ratio": 0.1}}, classes)
+    assert "did you mean 'error_ratio'?" in p
+    [p] = check_slo_overrides({"*": {"ttft_p95": 500}}, classes)
+    assert "did you mean 'ttft_p95_ms'?" in p
+    [p] = check_slo_overrides({"*": {"ttft_p95_ms": float("nan")}}, classes)
+    assert "finite" in p

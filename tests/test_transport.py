@@ -260,3 +260,34 @@ def test_real_cancel_by_greenlet_kill_releases_the_connection(server_factory):
     srv2_rec = client.exchange(real_request(timeout_s=5))
     client.close()
     assert srv2_rec.ok, srv2_rec.error_detail
+
+
+def test_real_html_page_on_streaming_call_is_bad_response(server_factory):
+    page = b"<!DOCTYPE html>\n<html><body>\x1b[31mproxy error</body></html>\n"
+
+    def handler(conn, head):
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(page), page)
+        )
+        return True
+
+    srv = server_factory(handler)
+    client = Client(srv.url)
+    rec = client.exchange(real_request())
+    client.close()
+    assert rec.error_kind == "bad_response" and "proxy error" in rec.error_detail
+
+
+def test_real_429_retry_after_recorded(server_factory):
+    def handler(conn, head):
+        conn.sendall(
+            b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 2\r\nContent-Length: 4\r\n\r\nslow"
+        )
+        return True
+
+    srv = server_factory(handler)
+    client = Client(srv.url)
+    rec = client.exchange(real_request())
+    client.close()
+    assert (rec.error_kind, rec.http_status, rec.retry_after_s) == ("http_status", 429, 2.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from workload.analyze.catalogue import VERDICT_NODATA, MetricDiff
+from workload.observe.safe import sanitize
 
 if TYPE_CHECKING:  # only for the annotation: verdict imports this module
     from workload.analyze.verdict import Comparison
@@ -56,14 +57,17 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 def render_text(c: Comparison) -> str:
     """A console table: verdict, gated metrics, per-class detail, TTFT by step."""
     pa, pb = c.run_a.path, c.run_b.path
-    lines = [f"A (baseline):  {pa}", f"B (candidate): {pb}", ""]
+    lines = [f"A (baseline):  {sanitize(pa)}", f"B (candidate): {sanitize(pb)}", ""]
     if c.fingerprint_diff:
         lines.append("What changed besides the code (fingerprint / labels):")
         lines += [
             "  " + ln
             for ln in _table(
                 ["field", "A", "B"],
-                [[d["field"], str(d["a"]), str(d["b"])] for d in c.fingerprint_diff],
+                [
+                    [sanitize(d["field"]), sanitize(d["a"]), sanitize(d["b"])]
+                    for d in c.fingerprint_diff
+                ],
             )
         ]
         lines.append("")
@@ -152,6 +156,10 @@ def render_text(c: Comparison) -> str:
             ),
         ]
     for w in c.warnings:
-        lines.append(f"warning: {w}")
+        lines.append(f"warning: {sanitize(w)}")
+    for run in (c.run_a, c.run_b):
+        skipped = run.skipped_warning() if hasattr(run, "skipped_warning") else None
+        if skipped:
+            lines.append(f"warning: {sanitize(skipped)}")
     lines += ["", f"VERDICT: {c.verdict.upper()} (exit {c.exit_code})"]
     return "\n".join(lines)

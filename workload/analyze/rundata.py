@@ -10,7 +10,7 @@ workload.measure.artifacts (`read_json`, `iter_jsonl`), the one reader of them.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,24 @@ class RunData:
     metrics: list[dict[str, Any]]
     stats: dict[str, Any] | None
     duration_s: float | None
+    # "file:line: why" for every JSONL line left out as corrupt (shown as a warning, not dropped
+    # silently); see workload.measure.artifacts.iter_jsonl
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def skipped_lines(self) -> int:
+        """How many corrupt JSONL lines were left out of this run."""
+        return len(self.skipped)
+
+    def skipped_warning(self) -> str | None:
+        """One warning line about corrupt lines left out, or None when there were none."""
+        if not self.skipped:
+            return None
+        more = f" (and {len(self.skipped) - 1} more)" if len(self.skipped) > 1 else ""
+        return (
+            f"{self.path}: skipped {len(self.skipped)} corrupt JSONL line"
+            f"{'s' if len(self.skipped) != 1 else ''}: {self.skipped[0]}{more}"
+        )
 
     @property
     def classes(self) -> list[str]:
@@ -46,10 +64,16 @@ def _parse_iso(s: Any) -> float | None:
         return None
 
 
-def _rows(run_dir: Path, kind: str) -> list[dict[str, Any]]:
+def _rows(run_dir: Path, kind: str, skipped: list[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for p in sorted(run_dir.glob(f"{kind}*.jsonl")):
-        rows.extend(r for r in iter_jsonl(p) if isinstance(r, dict))
+        if not p.is_file():
+            skipped.append(f"{p}: not a regular file")
+            continue
+        try:
+            rows.extend(iter_jsonl(p, skipped, objects=True))
+        except OSError as e:
+            skipped.append(f"{p}: unreadable ({e.strerror or e})")
     return rows
 
 
@@ -76,15 +100,17 @@ def _load_one(run_dir: Path) -> RunData:
             stats = read_json(run_dir / "stats.json")
         except Exception:  # noqa: BLE001 - optional file; the raw rows suffice
             stats = None
-    metrics = _rows(run_dir, "metrics")
+    skipped: list[str] = []
+    metrics = _rows(run_dir, "metrics", skipped)
     return RunData(
         run_dir,
         run,
-        _rows(run_dir, "requests"),
-        _rows(run_dir, "sessions"),
+        _rows(run_dir, "requests", skipped),
+        _rows(run_dir, "sessions", skipped),
         metrics,
         stats,
         _duration(run),
+        skipped,
     )
 
 
@@ -114,4 +140,5 @@ def load_run(path: Path | str) -> RunData:
     durs = [d.duration_s for d in parts if d.duration_s]
     run = dict(parts[0].run)
     run["blocks"] = [b.name for b in blocks]
-    return RunData(path, run, reqs, sess, mets, None, sum(durs) if durs else None)
+    skipped = [w for d in parts for w in d.skipped]
+    return RunData(path, run, reqs, sess, mets, None, sum(durs) if durs else None, skipped)

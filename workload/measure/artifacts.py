@@ -95,26 +95,42 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
+    """One JSON file; raises OSError or ValueError (orjson.JSONDecodeError) when unusable."""
     return orjson.loads(Path(path).read_bytes())
 
 
-def iter_jsonl(path: Path):
-    """Yield objects from one JSONL file, skipping a torn last line."""
+def iter_jsonl(path: Path, skipped: list[str] | None = None, *, objects: bool = False):
+    """Yield objects from one JSONL file; a line that is not JSON is skipped, never raised.
+
+    Pass a list as ``skipped`` to learn what was left out: one ``"file:line: why"`` entry per
+    corrupt line (a torn last line from a killed run counts too). ``objects=True`` also skips
+    (and counts) lines that are JSON but not an object.
+    """
     with open(path, "rb") as fh:
-        for line in fh:
+        for n, line in enumerate(fh, 1):
             line = line.strip()
             if not line:
                 continue
             try:
-                yield orjson.loads(line)
+                row = orjson.loads(line)
             except orjson.JSONDecodeError:
+                if skipped is not None:
+                    skipped.append(f"{path}:{n}: not JSON")
                 continue
+            if objects and not isinstance(row, dict):
+                if skipped is not None:
+                    skipped.append(f"{path}:{n}: not a JSON object")
+                continue
+            yield row
 
 
-def read_records(run_dir: Path, kind: str) -> list[dict[str, Any]]:
-    """All rows of `kind` ('requests' | 'sessions'), merged over worker files."""
+def read_records(
+    run_dir: Path, kind: str, skipped: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """All rows of `kind` ('requests' | 'sessions'), merged over worker files; corrupt lines
+    are left out and, when ``skipped`` is given, listed there (see ``iter_jsonl``)."""
     run_dir = Path(run_dir)
     rows: list[dict[str, Any]] = []
     for p in sorted(run_dir.glob(f"{kind}*.jsonl")):
-        rows.extend(iter_jsonl(p))
+        rows.extend(iter_jsonl(p, skipped, objects=True))
     return rows

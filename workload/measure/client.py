@@ -34,7 +34,9 @@ The transport (``workload.measure.transport``) sends the bytes and hands back li
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import hashlib
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,9 +59,30 @@ from workload.measure.transport import (
     TransportError,
     TransportResponse,
 )
+from workload.observe.safe import redact_url
 
 ERROR_EXCERPT_CHARS = 500
 _TERMINAL = frozenset(("timeout", "stall", "stream_reset", "cancelled", "connect"))
+
+
+def parse_retry_after(value: str | None, now_s: float) -> float | None:
+    """Retry-After (delta seconds or an HTTP date) -> seconds from ``now_s``; None if absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        secs = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        secs = when.timestamp() - now_s
+    if not math.isfinite(secs):
+        return None
+    return round(max(0.0, secs), 3)
 
 
 def request_id_for(seed: int, session_id: str, step: int, attempt: int, run_tag: str = "") -> str:
@@ -124,6 +147,8 @@ class _Reply:
         "done_ns",
         "events",
         "bad",
+        "choices_seen",
+        "last_ns",
     )
 
     def __init__(self, rec: RequestRecord, chat: bool) -> None:
@@ -135,6 +160,8 @@ class _Reply:
         self.done_ns: int | None = None
         self.events = 0
         self.bad: str | None = None  # first malformed detail
+        self.choices_seen = False  # some chunk carried a `choices` list (else: not a completion)
+        self.last_ns = 0  # stamp of the last read (0: nothing read yet)
 
     # --- streaming
 
@@ -169,7 +196,10 @@ class _Reply:
     def _chunk(self, obj: dict[str, Any]) -> bool:
         self._envelope(obj)
         bearing = False
-        for ch in obj.get("choices") or ():
+        choices = obj.get("choices")
+        if isinstance(choices, list):
+            self.choices_seen = True
+        for ch in choices or ():
             primary = ch.get("index", 0) == 0
             if self.chat:
                 delta = ch.get("delta") or {}
@@ -316,6 +346,7 @@ class Client:
         worker: str = "0",
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._target = redact_url(self.base_url)  # records never carry user:password@
         self._clock = clock
         self._wall = wall
         self._run_id = run_id
@@ -342,7 +373,7 @@ class Client:
         """
         rec = RequestRecord(
             run_id=self._run_id,
-            target=self.base_url,
+            target=self._target,
             worker=self._worker,
             user_class=req.user_class,
             session_id=req.session_id,
@@ -374,10 +405,23 @@ class Client:
                 req.path, headers, req.body, read_timeout_s=read_timeout, on_send=on_send
             )
             rec.http_status = resp.status
+            ctype = str(resp.headers.get("content-type", "")) if resp.headers else ""
             if not 200 <= resp.status < 300:
+                rec.retry_after_s = parse_retry_after(
+                    resp.headers.get("retry-after") if resp.headers else None, self._wall()
+                )
                 body = resp.read()
                 end_ns = clock()
                 fail(rec, "http_status", f"HTTP {resp.status}: {_excerpt(body)}")
+            elif req.stream and ctype and "event-stream" not in ctype.lower():
+                # an HTML error page or a JSON body answering a streaming call: say what it was
+                body = resp.read()
+                end_ns = clock()
+                fail(
+                    rec,
+                    "bad_response",
+                    f"streaming reply is {ctype[:80]}, not text/event-stream: {_excerpt(body)}",
+                )
             elif req.stream:
                 end_ns = self._read_stream(resp, reply, sent[0] + int(req.timeout_s * 1e9))
             else:
@@ -393,7 +437,10 @@ class Client:
                 raise
             fail(rec, "timeout", f"no complete reply within {req.timeout_s:g}s")
         except GreenletExit:
-            fail(rec, "cancelled", "user stopped mid-request")
+            # say how long the server had been silent: a stall the run outlived is not hidden
+            last = reply.last_ns or sent[0]
+            quiet = f" after {(clock() - last) / 1e9:.1f}s without bytes" if last else ""
+            fail(rec, "cancelled", f"user stopped mid-request{quiet}")
         except Exception as e:  # a bug here must not kill the simulated user
             fail(rec, "bad_response", f"client error: {e!r}")
         finally:
@@ -416,6 +463,7 @@ class Client:
             while True:
                 line = readline()
                 t = clock()  # stamp before any parsing
+                reply.last_ns = t
                 if not line:
                     break
                 if t > deadline_ns:
@@ -432,6 +480,9 @@ class Client:
             if reply.events == 0 and head:
                 reply.bad = reply.bad or "no events"
                 fail(reply.rec, "bad_response", f"not an event stream: {_excerpt(head)}")
+        data_events = reply.events - (reply.done_ns is not None)
+        if data_events > 0 and not reply.choices_seen and reply.rec.error_kind is None:
+            fail(reply.rec, "bad_response", f"no chunk carried choices: {_excerpt(head)}")
         if reply.done_ns is None:
             if reply.events == 0 and not head:
                 fail(reply.rec, "missing_done", "empty stream")

@@ -21,7 +21,9 @@ ERROR_KINDS = (
     "stall",  # no bytes for longer than the stall timeout
     "missing_done",  # stream ended without data: [DONE]
     "cancelled",  # the Locust user was stopped mid-request
-    "bad_response",  # non-streamed body not parseable as a completion
+    # a reply of the wrong shape: a body that is not a completion (no `choices`), a streaming
+    # reply that is not an event stream (HTML page, JSON body), an error event in the stream
+    "bad_response",
     "tool_loop",  # the step failed the tool loop (missing/malformed/unknown tool call)
 )
 
@@ -85,6 +87,8 @@ class RequestRecord:
     # error on a step that makes or carries a tool call); None when it did not. A request can be
     # ok at the HTTP level and still fail the tool loop.
     tool_loop_failure: str | None = None
+    # Seconds the server asked the client to wait (Retry-After on a 429 / 503); None when absent.
+    retry_after_s: float | None = None
     # Not written to requests.jsonl: in-memory only, for stats and actual history.
     itl_gaps_ms: list[float] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)

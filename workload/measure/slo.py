@@ -15,8 +15,11 @@ Keys (``SLO_KEY_HELP``):
   ``goodput_per_min``, ``output_tokens_per_s`` — lower bounds.
 - ``error_ratio``, ``tool_loop_failure_ratio`` — upper bounds.
 
-A metric with no samples fails by default (the SLO could not be verified); pass
-``missing="skip"`` or ``"pass"`` to change that.
+A metric with no samples is *not judged* by default: the result says so (``judged`` False,
+``status`` "not judged", a JUnit ``<skipped>``) and does not count as a violation, so a short
+smoke run does not fail on SLOs it could not see. ``missing="fail"`` (the CLI's
+``--require-slo-samples``) makes such an SLO fail instead; ``"pass"`` / ``"skip"`` are kept for
+old callers. ``check_slo_overrides`` finds unknown metric names and classes before a run.
 
 This module does not import ``workload.measure.stats``: it reads the plain ``summary()`` dict,
 and asks an object with a ``percentile_ms`` method (an ``Aggregate``) for percentiles
@@ -25,6 +28,7 @@ the summary does not carry.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import xml.etree.ElementTree as ET
@@ -51,6 +55,8 @@ _SCALAR_SLOS: dict[str, tuple[str, str]] = {
     "tool_loop_failure_ratio": ("<=", "ratio"),
 }
 
+MISSING_MODES = ("not_judged", "fail", "pass", "skip")
+
 SLO_KEY_HELP = "<ttft|itl|tpot|e2e|session_duration>_<pNN|mean|max>_ms, " + ", ".join(
     sorted(_SCALAR_SLOS)
 )
@@ -69,9 +75,19 @@ class SLOResult:
     bound: str = "<="  # "<=" (upper bound) or ">=" (lower bound)
     skipped: bool = False
     message: str = ""
+    judged: bool = True  # False: no samples, so the SLO was neither met nor violated
+
+    @property
+    def status(self) -> str:
+        """ "met", "violated" or "not judged" (no samples)."""
+        if not self.judged:
+            return "not judged"
+        return "met" if self.passed else "violated"
 
     def to_json(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+        out = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        out["status"] = self.status
+        return out
 
 
 def parse_percentile(stat: str) -> float:
@@ -97,7 +113,9 @@ def parse_slo_key(key: str) -> tuple[str, str | None, str, str]:
     if key in _SCALAR_SLOS:
         bound, unit = _SCALAR_SLOS[key]
         return key, None, bound, unit
-    raise ValueError(f"unknown SLO {key!r}; expected one of: {SLO_KEY_HELP}")
+    raise ValueError(
+        f"unknown SLO {key!r}{_did_you_mean(key, _known_keys())}; expected one of: {SLO_KEY_HELP}"
+    )
 
 
 def validate_slos(slos_by_class: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -114,6 +132,51 @@ def validate_slos(slos_by_class: Mapping[str, Mapping[str, Any]]) -> list[str]:
                 problems.append(f"slo {cls}.{key}: threshold must be a number, got {threshold!r}")
             elif not math.isfinite(threshold) or threshold < 0:
                 problems.append(f"slo {cls}.{key}: threshold must be finite and >= 0")
+    return problems
+
+
+def _known_keys() -> list[str]:
+    stats = ("p50", "p90", "p95", "p99", "p999", "mean", "max")
+    return [f"{m}_{s}_ms" for m in LATENCY_METRICS for s in stats] + sorted(_SCALAR_SLOS)
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_slo_overrides(
+    overrides: Mapping[str, Mapping[str, Any]], classes: Iterable[str]
+) -> list[str]:
+    """Problems with ``--slo`` overrides before any traffic: one line each, empty when fine.
+
+    ``overrides`` is ``{class or "*": {metric: threshold}}`` (``parse_slo_overrides``);
+    ``classes`` the profile's traffic classes. Unknown classes and metric names get a
+    "did you mean"; thresholds must be finite numbers >= 0.
+    """
+    known = list(classes)
+    problems: list[str] = []
+    for cls, slos in overrides.items():
+        if cls != OVERALL and cls not in known:
+            problems.append(
+                f"--slo {cls}.*: unknown class {cls!r}{_did_you_mean(cls, known)}"
+                f" (classes: {', '.join(known) or 'none'}; no prefix = overall)"
+            )
+            continue
+        where = "" if cls == OVERALL else f"{cls}."
+        for key, threshold in (slos or {}).items():
+            try:
+                parse_slo_key(key)
+            except ValueError:
+                problems.append(
+                    f"--slo {where}{key}: unknown SLO metric {key!r}"
+                    f"{_did_you_mean(key, _known_keys())} (allowed: {SLO_KEY_HELP})"
+                )
+                continue
+            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+                problems.append(f"--slo {where}{key}: threshold must be a number")
+            elif not math.isfinite(threshold) or threshold < 0:
+                problems.append(f"--slo {where}{key}: threshold must be finite and >= 0")
     return problems
 
 
@@ -175,16 +238,17 @@ def evaluate_slos(
     aggregate_or_summary: Any,
     slos_by_class: Mapping[str, Mapping[str, Any]],
     *,
-    missing: str = "fail",
+    missing: str = "not_judged",
 ) -> list[SLOResult]:
     """Check every SLO of every class; one result per (class, SLO), in input order.
 
     ``aggregate_or_summary``: an ``Aggregate`` (anything with ``summary()``) or its summary dict.
-    ``missing``: what a metric without samples does — "fail" (default), "pass" or "skip".
+    ``missing``: what a metric without samples does — "not_judged" (default: reported as not
+    judged, skipped in JUnit, not a violation), "fail" (a violation), "pass" or "skip".
     Raises ValueError for unknown SLO keys (bad input: the CLI maps it to exit 2).
     """
-    if missing not in ("fail", "pass", "skip"):
-        raise ValueError(f"missing must be fail|pass|skip, got {missing!r}")
+    if missing not in MISSING_MODES:
+        raise ValueError(f"missing must be {'|'.join(MISSING_MODES)}, got {missing!r}")
     problems = validate_slos(slos_by_class)
     if problems:
         raise ValueError("; ".join(problems))
@@ -206,8 +270,13 @@ def evaluate_slos(
                         passed=missing != "fail",
                         unit=unit,
                         bound=bound,
-                        skipped=missing == "skip",
-                        message=f"{label}: {key} has no samples",
+                        skipped=missing in ("skip", "not_judged"),
+                        message=(
+                            f"{label}: {key} not judged (no samples)"
+                            if missing == "not_judged"
+                            else f"{label}: {key} has no samples"
+                        ),
+                        judged=False,
                     )
                 )
                 continue

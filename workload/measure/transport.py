@@ -29,7 +29,7 @@ class PreparedRequest:
     endpoint: str  # "chat" | "completions"
     request_id: str  # sent as X-Request-Id (unique per attempt, deterministic)
     timeout_s: float = 600.0
-    stall_timeout_s: float = 60.0
+    stall_timeout_s: float = 120.0
     # labels copied into the record
     user_class: str = ""
     session_id: str = ""

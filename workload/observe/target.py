@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from workload.errors import SetupError
+from workload.observe.safe import redact_url, redact_urls_in, sanitize
 
 __all__ = ["SetupError", "probe_target"]
 
@@ -22,6 +23,7 @@ def probe_target(
     import urllib.request
 
     url = host.rstrip("/") + "/v1/models"
+    shown = redact_url(host)  # never echo a password from user:pass@host
     req = urllib.request.Request(
         url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {}
     )
@@ -36,28 +38,32 @@ def probe_target(
             else ""
         )
         raise SetupError(
-            f"{host} is not an OpenAI-compatible server: GET /v1/models answered HTTP {e.code}{hint}; "
+            f"{shown} is not an OpenAI-compatible server: GET /v1/models answered HTTP {e.code}{hint}; "
             "point --host at the server's base URL (without /v1)"
         ) from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = redact_urls_in(sanitize(getattr(e, "reason", e)))
         raise SetupError(
-            f"cannot reach {host}: {reason}; is the server running and --host right?"
+            f"cannot reach {shown}: {reason}; is the server running and --host right?"
         ) from None
     try:
         data = json.loads(body)
         models = data["data"]
         ids = [m["id"] for m in models]
+        if not all(isinstance(i, str) for i in ids):
+            raise TypeError("model ids must be strings")
     except (ValueError, KeyError, TypeError):
         raise SetupError(
-            f"{host} is not an OpenAI-compatible server: GET /v1/models returned {ctype or 'non-JSON'} "
+            f"{shown} is not an OpenAI-compatible server: GET /v1/models returned "
+            f"{sanitize(ctype)[:80] or 'non-JSON'} "
             "without a model list; point --host at the server's base URL (without /v1)"
         ) from None
     if not ids:
-        raise SetupError(f"{host} serves no models (GET /v1/models is empty)")
+        raise SetupError(f"{shown} serves no models (GET /v1/models is empty)")
     chosen = model or ids[0]
     if model and model not in ids:
-        raise SetupError(f"model {model!r} is not served by {host}; it serves: {', '.join(ids)}")
+        served = ", ".join(sanitize(i)[:200] for i in ids)
+        raise SetupError(f"model {sanitize(model)!r} is not served by {shown}; it serves: {served}")
     entry = next(m for m in models if m["id"] == chosen)
     return {
         "model": chosen,

@@ -29,7 +29,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter,
 
 
 class _Base(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity are refused everywhere: a NaN size once "completed" thousands of
+    # sessions with no request at all.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     min: float | None = Field(None, description="Lower clamp applied to every sample.")
     max: float | None = Field(None, description="Upper clamp applied to every sample.")
@@ -59,6 +61,19 @@ class _Base(BaseModel):
         """One sample rounded to an int, at least ``lo`` (token counts, step counts)."""
         return max(lo, int(round(self.sample(rng))))
 
+    def _raw_floor(self) -> float:
+        """The least value an unclamped sample can take (-inf when unbounded below)."""
+        return -math.inf
+
+    def floor(self) -> float:
+        """The least value a (clamped) sample can take; -inf when unbounded below."""
+        lo = self._raw_floor()
+        if self.min is not None:
+            lo = max(lo, self.min)
+        if self.max is not None:
+            lo = min(lo, self.max)
+        return lo
+
     def upper_bound(self) -> float:
         """A value samples stay under: the max clamp, else a 99.9 % quantile estimate."""
         if self.max is not None:
@@ -70,6 +85,9 @@ class _Base(BaseModel):
 class Constant(_Base):
     dist: Literal["constant"] = "constant"
     value: float = Field(description="The value every sample takes.")
+
+    def _raw_floor(self) -> float:
+        return self.value
 
     def _raw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.full(n, self.value, dtype=float)
@@ -88,6 +106,9 @@ class Uniform(_Base):
 
     def _raw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.uniform(self.low, self.high, n)
+
+    def _raw_floor(self) -> float:
+        return self.low
 
 
 class Normal(_Base):
@@ -117,6 +138,9 @@ class LogNormal(_Base):
         mu = self.mu if self.mu is not None else math.log(self.mean) - self.sigma**2 / 2  # type: ignore[arg-type]
         return rng.lognormal(mu, self.sigma, n)
 
+    def _raw_floor(self) -> float:
+        return 0.0
+
 
 class Pareto(_Base):
     dist: Literal["pareto"]
@@ -126,6 +150,9 @@ class Pareto(_Base):
     def _raw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.scale * (1.0 + rng.pareto(self.alpha, n))
 
+    def _raw_floor(self) -> float:
+        return self.scale
+
 
 class Zipf(_Base):
     dist: Literal["zipf"]
@@ -134,6 +161,9 @@ class Zipf(_Base):
 
     def _raw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.scale * rng.zipf(self.a, n).astype(float)
+
+    def _raw_floor(self) -> float:
+        return self.scale
 
 
 class Empirical(_Base):
@@ -173,6 +203,11 @@ class Empirical(_Base):
         idx = rng.choice(len(edges) - 1, size=n, p=_norm(self.counts))  # type: ignore[arg-type]
         return rng.uniform(edges[idx], edges[idx + 1])
 
+    def _raw_floor(self) -> float:
+        if self.values is not None:
+            return min(self.values)
+        return min(self.bins or [0.0])
+
 
 def _check_weights(w: list[float], name: str) -> None:
     if any(x < 0 for x in w) or sum(w) <= 0:
@@ -185,7 +220,7 @@ def _norm(w: list[float]) -> np.ndarray:
 
 
 class Component(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     weight: float = Field(gt=0, description="Relative weight of this component.")
     of: Dist = Field(description="The component distribution.")
 
@@ -216,6 +251,9 @@ class Mixture(_Base):
             if k:
                 out[m] = c.of.sample_many(rng, k)
         return out
+
+    def _raw_floor(self) -> float:
+        return min(c.of.floor() for c in self.components)
 
 
 def _coerce(v: Any) -> Any:

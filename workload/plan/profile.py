@@ -29,6 +29,8 @@ the generated field reference is ``workload.plan.reference``.
 
 from __future__ import annotations
 
+import difflib
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -44,7 +46,26 @@ def _defaults(cls: type[BaseModel]) -> Any:
 
 
 class _M(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # NaN / infinity are never a valid setting (they validated once and ran 0 requests)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+
+
+# Documented bounds (docs/profiles.md, "Bounds and limits"): generous, but finite.
+MAX_TOKENS = 10_000_000  # any single size in tokens
+MAX_SECONDS = 7 * 86400.0  # any duration or timeout
+MAX_COUNT = 100_000  # users, fixed counts
+MAX_STEPS = 10_000
+
+# Distribution fields and the least value their samples may take: (path under a class, floor).
+DIST_FLOORS: tuple[tuple[tuple[str, ...], float, str], ...] = (
+    (("steps",), 1, "LLM calls per session"),
+    (("user_turn",), 0, "tokens"),
+    (("output", "tokens"), 1, "max_tokens"),
+    (("output", "final_tokens"), 1, "max_tokens"),
+    (("think_time_s",), 0, "seconds"),
+    (("context", "break_s"), 0, "seconds"),
+)
+TOOL_DIST_FLOORS = ((("latency_s",), 0, "seconds"), (("result_tokens",), 0, "tokens"))
 
 
 # ---------------------------------------------------------------- sub-models
@@ -55,6 +76,7 @@ class ToolSpec(_M):
     description_tokens: int = Field(
         0,
         ge=0,
+        le=MAX_TOKENS,
         description="Synthetic text appended to the description (tokens), to size the schema.",
     )
     parameters: dict[str, Any] = Field(
@@ -78,11 +100,26 @@ class ToolSpec(_M):
     def _object_schema(cls, v: dict[str, Any]) -> dict[str, Any]:
         if v.get("type") != "object":
             raise ValueError("parameters must be a JSON Schema with type: object")
+        if not _finite_json(v):
+            raise ValueError("parameters must hold finite numbers only (no NaN or infinity)")
         return v
 
 
+def _finite_json(v: Any, depth: int = 0) -> bool:
+    """No NaN / infinity anywhere in a JSON-like value (they are not JSON)."""
+    if depth > 64:
+        return False
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, dict):
+        return all(_finite_json(x, depth + 1) for x in v.values())
+    if isinstance(v, list):
+        return all(_finite_json(x, depth + 1) for x in v)
+    return True
+
+
 class SystemPrompt(_M):
-    tokens: int = Field(1000, ge=0, description="System prompt size (tokens).")
+    tokens: int = Field(1000, ge=0, le=MAX_TOKENS, description="System prompt size (tokens).")
     share: str = Field(
         "class",
         description=(
@@ -126,10 +163,11 @@ class ContextPolicy(_M):
     compact_at_tokens: int | None = Field(
         None,
         gt=0,
+        le=MAX_TOKENS,
         description="Context size (tokens) that triggers compaction (required by policy compact).",
     )
     summary_tokens: int = Field(
-        1000, ge=1, description="Size of the summary (tokens) after compaction."
+        1000, ge=1, le=MAX_TOKENS, description="Size of the summary (tokens) after compaction."
     )
     discard_probability: float = Field(
         0.1,
@@ -164,6 +202,8 @@ class RequestSpec(_M):
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature.")
     priority: int | None = Field(
         None,
+        ge=-(2**31),
+        le=2**31 - 1,
         description="vLLM `priority` (lower runs first; needs --scheduling-policy priority). Omitted when null.",
     )
     session_id: bool = Field(False, description="Send vLLM `session_id` = the session's id.")
@@ -186,8 +226,24 @@ class RequestSpec(_M):
 
 
 class Timeouts(_M):
-    request_s: float = Field(600.0, gt=0, description="Whole-request timeout (s).")
-    stall_s: float = Field(60.0, gt=0, description="Longest gap between stream bytes (s).")
+    request_s: float = Field(
+        600.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description=(
+            "Whole-request timeout (s). 600 s covers a long background job (a 100k-token "
+            "prompt plus thousands of output tokens under load)."
+        ),
+    )
+    stall_s: float = Field(
+        120.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description=(
+            "Longest gap between stream bytes (s), time to the first byte included: a long "
+            "prefill queued behind other work can stay silent for over a minute."
+        ),
+    )
 
 
 class SLO(_M):
@@ -220,11 +276,11 @@ class CompareThresholds(_M):
 class RunDefaults(_M):
     """Run shape used when the command line does not say (`agentload run` flags win)."""
 
-    users: int = Field(10, ge=1, description="Concurrent users (sessions in flight).")
+    users: int = Field(10, ge=1, le=MAX_COUNT, description="Concurrent users (sessions in flight).")
     spawn_rate: float | None = Field(
         None, gt=0, description="Users started per second (default: all within one second)."
     )
-    duration_s: float = Field(60.0, gt=0, description="Run length (s).")
+    duration_s: float = Field(60.0, gt=0, le=MAX_SECONDS, description="Run length (s).")
 
 
 class TrafficClass(_M):
@@ -235,7 +291,10 @@ class TrafficClass(_M):
         None, gt=0, description="Relative share of users (default 1 when fixed_count is unset)."
     )
     fixed_count: int | None = Field(
-        None, ge=0, description="Exact number of users of this class (instead of weight)."
+        None,
+        ge=0,
+        le=MAX_COUNT,
+        description="Exact number of users of this class (instead of weight).",
     )
     steps: Dist = Field(
         default_factory=lambda: constant(1), description="LLM calls per session (integer, >= 1)."
@@ -243,6 +302,7 @@ class TrafficClass(_M):
     max_steps: int = Field(
         100,
         ge=1,
+        le=MAX_STEPS,
         description="Step budget; in actual mode a session past it is a tool-loop failure.",
     )
     system_prompt: SystemPrompt = Field(
@@ -321,7 +381,9 @@ class Profile(_M):
     extends: str | None = Field(
         None, description="Built-in name or file path this profile overrides (deep merge)."
     )
-    seed: int = Field(0, ge=0, description="Run seed: same seed, same request bodies.")
+    seed: int = Field(
+        0, ge=0, le=2**63 - 1, description="Run seed: same seed, same request bodies."
+    )
     history: Literal["scripted", "actual"] = Field(
         "scripted",
         description="scripted: assistant turns are synthesized (traffic independent of replies); actual: replies and tool calls go into history.",
@@ -352,12 +414,36 @@ class Profile(_M):
             for t in c.tools:
                 if t not in self.tools:
                     known = ", ".join(sorted(self.tools)) or "none defined"
-                    out.append(f"classes.{cname}.tools.{t}: unknown tool (catalog: {known})")
+                    close = difflib.get_close_matches(t, list(self.tools), n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    out.append(f"classes.{cname}.tools.{t}: unknown tool{hint} (catalog: {known})")
             if self.history == "actual" and c.request.endpoint == "completions" and c.tools:
                 out.append(
                     f"classes.{cname}.request.endpoint: history actual needs endpoint chat for "
                     "tool calls (allowed: chat, or history scripted)"
                 )
-            if c.steps.min is not None and c.steps.min < 1:
-                out.append(f"classes.{cname}.steps.min: must be >= 1")
+            out += _floor_problems(f"classes.{cname}", c, DIST_FLOORS)
+            if c.steps.dist == "constant" and not float(c.steps.value).is_integer():  # type: ignore[union-attr]
+                out.append(f"classes.{cname}.steps: must be a whole number of steps")
+        for tname, tool in self.tools.items():
+            out += _floor_problems(f"tools.{tname}", tool, TOOL_DIST_FLOORS)
         return out
+
+
+def _floor_problems(
+    prefix: str, model: BaseModel, floors: tuple[tuple[tuple[str, ...], float, str], ...]
+) -> list[str]:
+    """Distribution fields whose samples could fall below their floor (negative times, ...)."""
+    out = []
+    for path, least, unit in floors:
+        d: Any = model
+        for key in path:
+            d = getattr(d, key, None)
+        if d is None:
+            continue
+        lo = d.floor()
+        if lo != -math.inf and lo < least:
+            out.append(
+                f"{prefix}.{'.'.join(path)}: samples can be {lo:g}; must be >= {least:g} ({unit})"
+            )
+    return out

@@ -3,6 +3,7 @@ field path as written in YAML (union tags dropped) and what is allowed."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
@@ -15,47 +16,61 @@ _DIST_TAGS = set(get_args(get_args(Dist)[0]))  # the union members
 
 def format_errors(e: ValidationError) -> list[str]:
     """One line per validation error: ``path: what is wrong (what is allowed)``."""
-    lines = []
+    return [line for _, line in located_errors(e)]
+
+
+def located_errors(e: ValidationError) -> list[tuple[tuple[str, ...], str]]:
+    """``format_errors`` with the YAML key path of each line (to look up its file and line)."""
+    out = []
     for err in e.errors():
         loc = [str(p) for p in err["loc"]]
-        model, clean = _walk(Profile, loc)
-        path = ".".join(clean) or "(top level)"
-        typ = err["type"]
-        msg = err["msg"]
-        if typ == "extra_forbidden":
-            allowed = ", ".join(sorted(model.model_fields)) if model is not None else "?"
-            parent = ".".join(clean[:-1]) or "(top level)"
-            lines.append(f"{parent}: unknown key {clean[-1]!r} (allowed: {allowed})")
-            continue
-        if typ == "missing":
-            hint = ""
-            if model in _DIST_TAGS:
-                tag = get_args(model.model_fields["dist"].annotation)[0]
-                need = [n for n, f in model.model_fields.items() if n != "dist" and f.is_required()]
-                opt = [
-                    n for n, f in model.model_fields.items() if n != "dist" and not f.is_required()
-                ]
-                hint = f" ({tag} needs {', '.join(need) or 'no field'}; optional {', '.join(opt)})"
-            lines.append(f"{path}: required field missing{hint}")
-            continue
-        if typ == "union_tag_invalid":
-            lines.append(f"{path}: unknown distribution (allowed dist: {', '.join(_dist_names())})")
-            continue
-        if typ == "union_tag_not_found":
-            lines.append(
-                f"{path}: a distribution needs a dist: tag or a number (allowed dist: {', '.join(_dist_names())})"
-            )
-            continue
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        elif msg.startswith("Input should be "):
-            msg = "must be " + msg[len("Input should be ") :]
-            for words, sym in _COMPARISONS:
-                msg = msg.replace(words, sym)
-        if typ in ("model_type", "model_attributes_type", "dict_type"):
-            msg = f"expected a mapping, got {type(err.get('input')).__name__}"
-        lines.append(f"{path}: {msg}")
-    return lines
+        clean = _walk(Profile, loc)[1]
+        out.append((tuple(clean), _line(err)))
+    return out
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    """' (did you mean 'x'?)' for the closest of ``choices``, or ''."""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _line(err: Any) -> str:
+    loc = [str(p) for p in err["loc"]]
+    model, clean = _walk(Profile, loc)
+    path = ".".join(clean) or "(top level)"
+    typ = err["type"]
+    msg = err["msg"]
+    if typ == "extra_forbidden":
+        allowed = sorted(model.model_fields) if model is not None else []
+        parent = ".".join(clean[:-1]) or "(top level)"
+        return (
+            f"{parent}: unknown key {clean[-1]!r}{did_you_mean(clean[-1], allowed)} "
+            f"(allowed: {', '.join(allowed) or '?'})"
+        )
+    if typ == "missing":
+        hint = ""
+        if model in _DIST_TAGS:
+            tag = get_args(model.model_fields["dist"].annotation)[0]
+            need = [n for n, f in model.model_fields.items() if n != "dist" and f.is_required()]
+            opt = [n for n, f in model.model_fields.items() if n != "dist" and not f.is_required()]
+            hint = f" ({tag} needs {', '.join(need) or 'no field'}; optional {', '.join(opt)})"
+        return f"{path}: required field missing{hint}"
+    if typ == "union_tag_invalid":
+        return f"{path}: unknown distribution (allowed dist: {', '.join(_dist_names())})"
+    if typ == "union_tag_not_found":
+        return f"{path}: a distribution needs a dist: tag or a number (allowed dist: {', '.join(_dist_names())})"
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    elif msg.startswith("Input should be "):
+        msg = "must be " + msg[len("Input should be ") :]
+        for words, sym in _COMPARISONS:
+            msg = msg.replace(words, sym)
+    if typ == "finite_number":
+        msg = "must be a finite number (not NaN or infinity)"
+    if typ in ("model_type", "model_attributes_type", "dict_type"):
+        msg = f"expected a mapping, got {type(err.get('input')).__name__}"
+    return f"{path}: {msg}"
 
 
 _COMPARISONS = (
