@@ -51,12 +51,12 @@ def serve(
     now = time.time_ns
 
     async def stream(writer: asyncio.StreamWriter, rid: str, t_arrive: int) -> None:
-        head = b'{"id":"chatcmpl-%s","object":"chat.completion.chunk","model":"known","choices":' % (
-            rid.encode()
+        head = (
+            b'{"id":"chatcmpl-%s","object":"chat.completion.chunk","model":"known","choices":'
+            % (rid.encode())
         )
         writer.write(
-            SSE_HEAD
-            + _event(head + b'[{"index":0,"delta":{"role":"assistant","content":""}}]}')
+            SSE_HEAD + _event(head + b'[{"index":0,"delta":{"role":"assistant","content":""}}]}')
         )
         await writer.drain()
         loop = asyncio.get_running_loop()

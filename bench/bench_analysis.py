@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-
 from bench_generator import run_child
 
 from workload.measure.artifacts import SCHEMA_VERSION, write_json

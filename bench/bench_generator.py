@@ -44,7 +44,6 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-
 from _timed_server import TimedServer
 
 BENCH = Path(__file__).resolve().parent
@@ -96,29 +95,30 @@ def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun
     """Run ``cmd``, polling its process tree's RSS; CPU comes from getrusage(RUSAGE_CHILDREN)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    log = tempfile.TemporaryFile()
-    proc = psutil.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=_env())
     peak, samples = 0.0, []
-    try:
-        while proc.poll() is None:
-            if time.monotonic() - t0 > timeout_s:
-                proc.kill()
-                break
-            try:
-                tree = [proc, *proc.children(recursive=True)]
-                rss = sum(p.memory_info().rss for p in tree) / 2**20
-            except psutil.Error:
-                rss = 0.0
-            peak = max(peak, rss)
-            samples.append((time.monotonic() - t0, rss))
-            time.sleep(poll_s)
-    finally:
-        proc.wait()
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryFile() as log:
+        proc = psutil.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=_env())
+        try:
+            while proc.poll() is None:
+                if time.monotonic() - t0 > timeout_s:
+                    proc.kill()
+                    break
+                try:
+                    tree = [proc, *proc.children(recursive=True)]
+                    rss = sum(p.memory_info().rss for p in tree) / 2**20
+                except psutil.Error:
+                    rss = 0.0
+                peak = max(peak, rss)
+                samples.append((time.monotonic() - t0, rss))
+                time.sleep(poll_s)
+        finally:
+            proc.wait()
+        wall = time.monotonic() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        log.seek(0)
+        output = log.read().decode(errors="replace")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    log.seek(0)
-    return ChildRun(proc.returncode, wall, cpu, peak, samples, log.read().decode(errors="replace"))
+    return ChildRun(proc.returncode, wall, cpu, peak, samples, output)
 
 
 def _env() -> dict[str, str]:
@@ -129,8 +129,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def agentload_cmd(port: int, users: int, duration_s: float, sessions: int, out: Path,
-                  profile: Path = PROFILE) -> list[str]:
+def agentload_cmd(
+    port: int, users: int, duration_s: float, sessions: int, out: Path, profile: Path = PROFILE
+) -> list[str]:
     """`agentload run` bounded by duration and by sessions per user (a request cap)."""
     return [
         sys.executable, "-m", "workload.cli", "run",
@@ -318,7 +319,9 @@ def bench_sessions(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="50 and 200 users, 8 s runs")
-    ap.add_argument("--users", type=int, nargs="+", help="concurrency levels (overrides the default)")
+    ap.add_argument(
+        "--users", type=int, nargs="+", help="concurrency levels (overrides the default)"
+    )
     ap.add_argument("--duration", type=float, help="seconds per run (default 20, --quick 8)")
     ap.add_argument("--ttft", type=float, default=0.2, help="server's true TTFT (s)")
     ap.add_argument("--itl", type=float, default=0.02, help="server's true ITL (s)")
