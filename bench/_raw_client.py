@@ -30,15 +30,18 @@ BODY = json.dumps(
 ).encode()
 
 
-async def user(port: int, uid: int, stop_at: float, cap: int, rows: list[dict]) -> None:
+async def user(
+    port: int, start_s: float, rid_prefix: str, stop_at: float, cap: int, rows: list[dict]
+) -> None:
     """One simulated user: sequential streamed requests on one connection."""
+    await asyncio.sleep(start_s)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     clock = time.perf_counter_ns
     try:
         for n in range(cap):
             if time.monotonic() >= stop_at:
                 break
-            rid = f"raw-{uid}-{n}"
+            rid = f"{rid_prefix}-{n}"
             req = (
                 b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                 b"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
@@ -79,7 +82,12 @@ async def run(args: argparse.Namespace) -> list[dict]:
     rows: list[dict] = []
     stop_at = time.monotonic() + args.duration
     await asyncio.gather(
-        *(user(args.port, u, stop_at, args.max_requests, rows) for u in range(args.users))
+        *(
+            # users start spread over a second, as agentload's spawn rate spreads them, so
+            # that the server does not see every user's requests in one lockstep burst
+            user(args.port, u / args.users, f"raw-{u}", stop_at, args.max_requests, rows)
+            for u in range(args.users)
+        )
     )
     return rows
 

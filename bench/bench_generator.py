@@ -12,7 +12,8 @@ each in its own process, each bounded by a duration and a request cap:
 Per generator and concurrency it prints: events/s of the run, SSE events and requests per
 generator CPU-second, CPU seconds per 1,000 events (the whole child process tree, start-up
 included, from getrusage of the waited child) and the ratio to the raw floor at the same
-concurrency, peak RSS of the tree (psutil polling), and per request, matched by request id:
+concurrency, the same "steady" (less the start-up and shut-down CPU of a one-second,
+one-user run of that generator), peak RSS of the tree (psutil polling), and per request, matched by request id:
 TTFT error (client TTFT minus the server's first-content-written minus request-read), receive
 lag (client's first-content wall time minus the server's write time) and ITL error (client
 minus server mean gap; max-gap error as well), each p50/p99/max in ms. A generator saturates
@@ -173,14 +174,19 @@ class Result:
     lag: list[float]
     itl_err: list[float]
     itl_max_err: list[float]
+    startup_cpu_s: float = 0.0  # start-up and shut-down CPU of this generator, measured apart
 
     @property
     def cpu_per_1k(self) -> float:
         return self.child.cpu_s / max(self.events, 1) * 1000
 
     @property
+    def steady_cpu_per_1k(self) -> float:
+        return max(self.child.cpu_s - self.startup_cpu_s, 0.0) / max(self.events, 1) * 1000
+
+    @property
     def ttft_p99(self) -> float:
-        return float(np.percentile(self.ttft_err, 99)) if self.ttft_err else float("inf")
+        return float(np.percentile(self.ttft_err, 99)) if self.ttft_err else float("nan")
 
     @property
     def core(self) -> float:
@@ -188,7 +194,7 @@ class Result:
 
     @property
     def saturated(self) -> bool:
-        return self.core >= SATURATED_CORE or self.ttft_p99 > SATURATED_TTFT_P99_MS
+        return self.core >= SATURATED_CORE or self.ttft_p99 > SATURATED_TTFT_P99_MS  # nan: False
 
 
 def match(rows: list[dict], timings: dict[str, list[int]]) -> tuple[list[float], ...]:
@@ -244,18 +250,22 @@ def print_table(results: list[Result]) -> None:
     raw = {r.users: r for r in results if r.generator == "raw"}
     print(
         f"{'generator':9s} {'users':>5s} {'reqs':>6s} {'events':>7s} {'ev/s':>6s} {'core':>5s} "
-        f"{'ev/cpu-s':>8s} {'req/cpu-s':>9s} {'cpu-s/1k':>8s} {'x raw':>5s} {'RSS MiB':>7s}  "
+        f"{'ev/cpu-s':>8s} {'req/cpu-s':>9s} {'cpu-s/1k':>8s} {'x raw':>5s} {'steady':>7s} "
+        f"{'x raw':>5s} {'RSS MiB':>7s}  "
         f"{'TTFT err p50/p99/max':>22s}  {'recv lag p50/p99/max':>22s}  "
         f"{'ITL err p50/p99/max':>22s}  {'ITL max err':>22s}"
     )
     for r in results:
         c = r.child
         floor = raw.get(r.users)
-        ratio = r.cpu_per_1k / floor.cpu_per_1k if floor and floor.events else float("nan")
+        ok = floor is not None and floor.events > 0
+        ratio = r.cpu_per_1k / floor.cpu_per_1k if ok else float("nan")
+        steady = r.steady_cpu_per_1k / floor.steady_cpu_per_1k if ok else float("nan")
         print(
             f"{r.generator:9s} {r.users:5d} {r.requests:6d} {r.events:7d} "
             f"{r.events / c.wall_s:6.0f} {r.core:5.2f} {r.events / c.cpu_s:8.0f} "
-            f"{r.requests / c.cpu_s:9.1f} {r.cpu_per_1k:8.4f} {ratio:5.2f} {c.peak_rss_mib:7.0f}  "
+            f"{r.requests / c.cpu_s:9.1f} {r.cpu_per_1k:8.4f} {ratio:5.2f} "
+            f"{r.steady_cpu_per_1k:7.4f} {steady:5.2f} {c.peak_rss_mib:7.0f}  "
             f"{_pcts(r.ttft_err):>22s}  {_pcts(r.lag):>22s}  {_pcts(r.itl_err):>22s}  "
             f"{_pcts(r.itl_max_err):>22s}"
         )
@@ -274,11 +284,16 @@ def bench_generators(args: argparse.Namespace) -> None:
         f"{args.tokens} tokens; {args.duration:g} s per run; {psutil.cpu_count()} CPUs, "
         f"load {psutil.getloadavg()[0]:.1f}; times in ms, CPU of the whole child tree"
     )
+    # one user, near-instant replies, one second: what starting and stopping costs
+    tiny = argparse.Namespace(ttft=0.001, itl=0.0, tokens=1, duration=1.0)
+    startup = {gen: measure(gen, 1, tiny).child.cpu_s for gen in ("raw", "agentload")}
+    print("  start-up + shut-down CPU: " + ", ".join(f"{g} {c:.2f} s" for g, c in startup.items()))
     results = []
     for users in levels:
         for gen in ("raw", "agentload"):
             results.append(measure(gen, users, args))
             r = results[-1]
+            r.startup_cpu_s = startup[gen]
             print(
                 f"  {gen} @ {users}: {r.requests} requests ({len(r.ttft_err)} ok and matched), "
                 f"{r.child.cpu_s:.1f} cpu-s in {r.child.wall_s:.1f} s, exit {r.child.returncode}",
