@@ -134,6 +134,9 @@ class TimedServer:
         self._out = str(Path(self._dir.name) / "timings.json")
         self._proc: mp.process.BaseProcess | None = None
         self._stop_w = -1
+        self._t0 = 0.0
+        self.cpu_s = 0.0  # the server's own CPU, read at stop
+        self.wall_s = 0.0
 
     def start(self) -> TimedServer:
         r, self._stop_w = os.pipe()
@@ -142,6 +145,7 @@ class TimedServer:
             target=serve, args=(q, r, self._out, self.ttft_s, self.itl_s, self.tokens), daemon=True
         )
         self._proc.start()
+        self._t0 = time.monotonic()
         os.close(r)
         self.port = q.get(timeout=10)
         return self
@@ -149,6 +153,10 @@ class TimedServer:
     def stop(self) -> dict[str, list[int]]:
         """Stop the server; per request id: [arrive, first, last, n, max_gap, events] (ns)."""
         assert self._proc is not None
+        self.wall_s = time.monotonic() - self._t0
+        with open(f"/proc/{self._proc.pid}/stat") as f:  # utime + stime, in clock ticks
+            fields = f.read().rsplit(")", 1)[1].split()
+        self.cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         os.write(self._stop_w, b"x")
         os.close(self._stop_w)
         self._proc.join(timeout=30)

@@ -18,6 +18,8 @@ TTFT error (client TTFT minus the server's first-content-written minus request-r
 lag (client's first-content wall time minus the server's write time) and ITL error (client
 minus server mean gap; max-gap error as well), each p50/p99/max in ms. A generator saturates
 at the first concurrency where it uses >= 0.9 of a core or its TTFT error p99 passes 25 ms.
+The server's own CPU share is printed too: near a full core its stamps lag and coalesce
+chunks, and the figures at that concurrency say more about the server than the generator.
 
     python bench/bench_generator.py                  # 50, 100, 200, 400 users, 20 s each
     python bench/bench_generator.py --quick          # 50 and 200 users, 8 s each
@@ -174,6 +176,7 @@ class Result:
     lag: list[float]
     itl_err: list[float]
     itl_max_err: list[float]
+    server_core: float = 0.0  # the timed server's CPU / wall: near 1.0, its stamps lag
     startup_cpu_s: float = 0.0  # start-up and shut-down CPU of this generator, measured apart
 
     @property
@@ -243,7 +246,9 @@ def measure(generator: str, users: int, args: argparse.Namespace) -> Result:
         print(f"  {generator} exited {child.returncode}:\n{child.output[-2000:]}", file=sys.stderr)
     seen = {r["request_id"] for r in rows}
     events = sum(t[5] for rid, t in timings.items() if rid in seen)
-    return Result(generator, users, child, events, len(rows), *match(rows, timings))
+    result = Result(generator, users, child, events, len(rows), *match(rows, timings))
+    result.server_core = srv.cpu_s / srv.wall_s
+    return result
 
 
 def print_table(results: list[Result]) -> None:
@@ -251,7 +256,7 @@ def print_table(results: list[Result]) -> None:
     print(
         f"{'generator':9s} {'users':>5s} {'reqs':>6s} {'events':>7s} {'ev/s':>6s} {'core':>5s} "
         f"{'ev/cpu-s':>8s} {'req/cpu-s':>9s} {'cpu-s/1k':>8s} {'x raw':>5s} {'steady':>7s} "
-        f"{'x raw':>5s} {'RSS MiB':>7s}  "
+        f"{'x raw':>5s} {'RSS MiB':>7s} {'server':>6s}  "
         f"{'TTFT err p50/p99/max':>22s}  {'recv lag p50/p99/max':>22s}  "
         f"{'ITL err p50/p99/max':>22s}  {'ITL max err':>22s}"
     )
@@ -265,7 +270,7 @@ def print_table(results: list[Result]) -> None:
             f"{r.generator:9s} {r.users:5d} {r.requests:6d} {r.events:7d} "
             f"{r.events / c.wall_s:6.0f} {r.core:5.2f} {r.events / c.cpu_s:8.0f} "
             f"{r.requests / c.cpu_s:9.1f} {r.cpu_per_1k:8.4f} {ratio:5.2f} "
-            f"{r.steady_cpu_per_1k:7.4f} {steady:5.2f} {c.peak_rss_mib:7.0f}  "
+            f"{r.steady_cpu_per_1k:7.4f} {steady:5.2f} {c.peak_rss_mib:7.0f} {r.server_core:6.2f}  "
             f"{_pcts(r.ttft_err):>22s}  {_pcts(r.lag):>22s}  {_pcts(r.itl_err):>22s}  "
             f"{_pcts(r.itl_max_err):>22s}"
         )

@@ -25,7 +25,7 @@ def bench_generator(monkeypatch):
 
 @pytest.mark.slow
 def test_tiniest_configuration_runs(bench_generator, capsys) -> None:
-    args = argparse.Namespace(ttft=0.05, itl=0.005, tokens=5, duration=3.0)
+    args = argparse.Namespace(ttft=0.05, itl=0.005, tokens=5, duration=6.0)
     results = [bench_generator.measure(gen, 3, args) for gen in ("raw", "agentload")]
     bench_generator.print_table(results)
     for r in results:
