@@ -87,6 +87,7 @@ class ChildRun:
     """What one generator process cost: wall, CPU of the tree (start-up included), peak RSS."""
 
     returncode: int
+    started_wall: float  # time.time() at launch; rss_samples count from here
     wall_s: float
     cpu_s: float
     peak_rss_mib: float
@@ -97,6 +98,7 @@ class ChildRun:
 def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun:
     """Run ``cmd``, polling its process tree's RSS; CPU comes from getrusage(RUSAGE_CHILDREN)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started_wall = time.time()
     t0 = time.monotonic()
     peak, samples = 0.0, []
     with tempfile.TemporaryFile() as log:
@@ -121,7 +123,7 @@ def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun
         log.seek(0)
         output = log.read().decode(errors="replace")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return ChildRun(proc.returncode, wall, cpu, peak, samples, output)
+    return ChildRun(proc.returncode, started_wall, wall, cpu, peak, samples, output)
 
 
 def _env() -> dict[str, str]:
@@ -317,14 +319,23 @@ def bench_sessions(args: argparse.Namespace) -> None:
             prof.write_text(SESSIONS_PROFILE % {"spread": spread})
             figures = {}
             for users in (10, args.sessions):
-                hold = users / 500 + spread + 10  # spawn, a first step each, then settle
-                cmd = agentload_cmd(srv.port, users, hold, 1, Path(tmp) / f"run{users}", prof)
+                spawn_s = users / 500
+                hold = spawn_s + spread + 10  # spawn, a first step each, then settle
+                out = Path(tmp) / f"run{users}"
+                cmd = agentload_cmd(srv.port, users, hold, 1, out, prof)
                 cmd[cmd.index("--spawn-rate") + 1] = "500"
                 child = run_child(cmd, hold + 120, poll_s=0.5)
-                tail = [m for t, m in child.rss_samples if t > hold - 5] or [child.peak_rss_mib]
-                figures[users] = (float(np.median(tail)), child)
-                print(f"  {users} users: RSS {figures[users][0]:.0f} MiB (peak {child.peak_rss_mib:.0f}),"
-                      f" exit {child.returncode}", flush=True)  # fmt: skip
+                # all users spawned and through their first step, none finalising yet
+                rows = _read_jsonl(out / "requests.jsonl")
+                first = min((r["t_start"] for r in rows), default=0)
+                lo = first - child.started_wall + spawn_s + spread + 1
+                tail = [m for t, m in child.rss_samples if lo <= t <= lo + 8]
+                figures[users] = (float(np.median(tail or [child.peak_rss_mib])), child)
+                print(
+                    f"  {users} users: {len(rows)} requests, RSS {figures[users][0]:.0f} MiB "
+                    f"(peak {child.peak_rss_mib:.0f}), exit {child.returncode}",
+                    flush=True,
+                )
     finally:
         srv.stop()
     base, big = figures[10][0], figures[args.sessions][0]
