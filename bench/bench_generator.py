@@ -320,7 +320,8 @@ def bench_sessions(args: argparse.Namespace) -> None:
             figures = {}
             for users in (10, args.sessions):
                 spawn_s = users / 500
-                hold = spawn_s + spread + 10  # spawn, a first step each, then settle
+                # both runs equally long: spawn, a first step each, then settle
+                hold = args.sessions / 500 + spread + 15
                 out = Path(tmp) / f"run{users}"
                 cmd = agentload_cmd(srv.port, users, hold, 1, out, prof)
                 cmd[cmd.index("--spawn-rate") + 1] = "500"
@@ -328,7 +329,7 @@ def bench_sessions(args: argparse.Namespace) -> None:
                 # all users spawned and through their first step, none finalising yet
                 rows = _read_jsonl(out / "requests.jsonl")
                 first = min((r["t_start"] for r in rows), default=0)
-                lo = first - child.started_wall + spawn_s + spread + 1
+                lo = first - child.started_wall + spawn_s + spread + 2
                 tail = [m for t, m in child.rss_samples if lo <= t <= lo + 8]
                 figures[users] = (float(np.median(tail or [child.peak_rss_mib])), child)
                 print(
