@@ -13,10 +13,11 @@ Per generator and concurrency it prints: events/s of the run, SSE events and req
 generator CPU-second, CPU seconds per 1,000 events (the whole child process tree, start-up
 included, from getrusage of the waited child) and the ratio to the raw floor at the same
 concurrency, the same "steady" (less the start-up and shut-down CPU of a one-second,
-one-user run of that generator), peak RSS of the tree (psutil polling), and per request, matched by request id:
-TTFT error (client TTFT minus the server's first-content-written minus request-read), receive
-lag (client's first-content wall time minus the server's write time) and ITL error (client
-minus server mean gap; max-gap error as well), each p50/p99/max in ms. A generator saturates
+one-user run of that generator), peak RSS of the tree (psutil polling), and per request,
+matched by request id: TTFT error (client TTFT minus the server's first-content-written minus
+request-read; it also holds the request's hop to the server), receive lag (client's
+first-content wall time minus the server's write time: what the client alone adds) and ITL
+error (client minus server mean gap; max-gap error as well), each p50/p99/max in ms. A generator saturates
 at the first concurrency where it uses >= 0.9 of a core or its TTFT error p99 passes 25 ms.
 The server's own CPU share is printed too: near a full core its stamps lag and coalesce
 chunks, and the figures at that concurrency say more about the server than the generator.
