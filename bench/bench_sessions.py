@@ -4,7 +4,8 @@
     python bench/bench_sessions.py --shapes   # per built-in class: calls, tools, tokens, cacheable share
 
 Idle sessions are advanced a few steps into a coding-agent task (so they hold
-history) and then kept, as a worker holds users in think time or a tool pause.
+history) and then kept, as a worker holds users in think time or a tool pause. For the whole
+process (Locust users, gevent, client) see `python bench/bench_generator.py --sessions N`.
 """
 
 from __future__ import annotations

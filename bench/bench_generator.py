@@ -1,0 +1,373 @@
+"""How much CPU does agentload spend per SSE event, and how true are its stamps under load?
+
+A known-timing server (bench/_timed_server.py: asyncio, its own process, true TTFT 200 ms,
+ITL 20 ms, 100 output tokens by default) stamps per X-Request-Id when each request arrived
+and when its first content chunk went out. Two generators drive it at rising concurrency,
+each in its own process, each bounded by a duration and a request cap:
+
+* ``agentload``: ``python -m workload.cli run`` with bench/generator_profile.yaml (every step
+  a plain streamed chat request of fixed size, no think time, no tools);
+* ``raw``: bench/_raw_client.py, a minimal asyncio raw-socket client: the floor.
+
+Per generator and concurrency it prints: events/s of the run, SSE events and requests per
+generator CPU-second, CPU seconds per 1,000 events (the whole child process tree, start-up
+included, from getrusage of the waited child) and the ratio to the raw floor at the same
+concurrency, the same "steady" (less the start-up and shut-down CPU of a one-second,
+one-user run of that generator), peak RSS of the tree (psutil polling), and per request,
+matched by request id: TTFT error (client TTFT minus the server's first-content-written minus
+request-read; it also holds the request's hop to the server), receive lag (client's
+first-content wall time minus the server's write time: what the client alone adds) and ITL
+error (client minus server mean gap; max-gap error as well), each p50/p99/max in ms. A generator saturates
+at the first concurrency where it uses >= 0.9 of a core or its TTFT error p99 passes 25 ms.
+The server's own CPU share is printed too: near a full core its stamps lag and coalesce
+chunks, and the figures at that concurrency say more about the server than the generator.
+
+    python bench/bench_generator.py                  # 50, 100, 200, 400 users, 20 s each
+    python bench/bench_generator.py --quick          # 50 and 200 users, 8 s each
+    python bench/bench_generator.py --sessions 2000  # RSS per 1,000 sessions in tool pauses
+
+``--sessions N`` runs agentload with a profile whose sessions spend nearly all their time in
+tool pauses and think time, and reports the RSS each 1,000 live sessions add over a 10-user
+baseline (the whole process: users, planner state, gevent, Locust). bench/bench_sessions.py
+gives the planner-only figure for comparison.
+
+Figures depend on the machine and its load; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+from _timed_server import TimedServer
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+PROFILE = BENCH / "generator_profile.yaml"
+STEPS = 10  # steps per session in generator_profile.yaml
+SATURATED_CORE = 0.9
+SATURATED_TTFT_P99_MS = 25.0
+
+SESSIONS_PROFILE = """
+schema_version: 1
+description: Idle-session memory bench - agents that mostly wait on tools and people
+seed: 3
+tools:
+  run_tests:
+    description: Run the test suite and return the summary.
+    parameters:
+      type: object
+      properties: {target: {type: string}}
+      required: [target]
+    latency_s: 600
+    result_tokens: 200
+classes:
+  agent:
+    weight: 1
+    steps: 20
+    system_prompt: {tokens: 1000, share: global}
+    tools: {run_tests: 1}
+    tool_call_probability: 1.0
+    user_turn: 100
+    output: {tokens: 5}
+    think_time_s: {dist: uniform, low: 0, high: %(spread)s}
+"""
+
+
+@dataclass
+class ChildRun:
+    """What one generator process cost: wall, CPU of the tree (start-up included), peak RSS."""
+
+    returncode: int
+    started_wall: float  # time.time() at launch; rss_samples count from here
+    wall_s: float
+    cpu_s: float
+    peak_rss_mib: float
+    rss_samples: list[tuple[float, float]] = field(default_factory=list)  # (t since start, MiB)
+    output: str = ""
+
+
+def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun:
+    """Run ``cmd``, polling its process tree's RSS; CPU comes from getrusage(RUSAGE_CHILDREN)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started_wall = time.time()
+    t0 = time.monotonic()
+    peak, samples = 0.0, []
+    with tempfile.TemporaryFile() as log:
+        proc = psutil.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=_env())
+        try:
+            while proc.poll() is None:
+                if time.monotonic() - t0 > timeout_s:
+                    proc.kill()
+                    break
+                try:
+                    tree = [proc, *proc.children(recursive=True)]
+                    rss = sum(p.memory_info().rss for p in tree) / 2**20
+                except psutil.Error:
+                    rss = 0.0
+                peak = max(peak, rss)
+                samples.append((time.monotonic() - t0, rss))
+                time.sleep(poll_s)
+        finally:
+            proc.wait()
+        wall = time.monotonic() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        log.seek(0)
+        output = log.read().decode(errors="replace")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return ChildRun(proc.returncode, started_wall, wall, cpu, peak, samples, output)
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def agentload_cmd(
+    port: int, users: int, duration_s: float, sessions: int, out: Path, profile: Path = PROFILE
+) -> list[str]:
+    """`agentload run` bounded by duration and by sessions per user (a request cap)."""
+    return [
+        sys.executable, "-m", "workload.cli", "run",
+        "--host", f"http://127.0.0.1:{port}",
+        "--profile", str(profile),
+        "--users", str(users), "--spawn-rate", str(users),
+        "--duration", f"{duration_s:g}s",
+        "--sessions-per-user", str(sessions),
+        "--scrape-interval", "0",
+        "--max-error-ratio", "1",
+        "--out", str(out),
+    ]  # fmt: skip
+
+
+def raw_cmd(port: int, users: int, duration_s: float, cap: int, out: Path) -> list[str]:
+    return [
+        sys.executable, str(BENCH / "_raw_client.py"),
+        "--port", str(port), "--users", str(users), "--duration", f"{duration_s:g}",
+        "--max-requests", str(cap), "--out", str(out),
+    ]  # fmt: skip
+
+
+def _pcts(values: list[float]) -> str:
+    if not values:
+        return "        -"
+    a = np.asarray(values)
+    p50, p99 = np.percentile(a, [50, 99])
+    return f"{p50:6.2f}/{p99:6.2f}/{a.max():7.2f}"
+
+
+@dataclass
+class Result:
+    generator: str
+    users: int
+    child: ChildRun
+    events: int
+    requests: int
+    ttft_err: list[float]
+    lag: list[float]
+    itl_err: list[float]
+    itl_max_err: list[float]
+    server_core: float = 0.0  # the timed server's CPU / wall: near 1.0, its stamps lag
+    startup_cpu_s: float = 0.0  # start-up and shut-down CPU of this generator, measured apart
+
+    @property
+    def cpu_per_1k(self) -> float:
+        return self.child.cpu_s / max(self.events, 1) * 1000
+
+    @property
+    def steady_cpu_per_1k(self) -> float:
+        return max(self.child.cpu_s - self.startup_cpu_s, 0.0) / max(self.events, 1) * 1000
+
+    @property
+    def ttft_p99(self) -> float:
+        return float(np.percentile(self.ttft_err, 99)) if self.ttft_err else float("nan")
+
+    @property
+    def core(self) -> float:
+        return self.child.cpu_s / self.child.wall_s
+
+    @property
+    def saturated(self) -> bool:
+        return self.core >= SATURATED_CORE or self.ttft_p99 > SATURATED_TTFT_P99_MS  # nan: False
+
+
+def match(rows: list[dict], timings: dict[str, list[int]]) -> tuple[list[float], ...]:
+    """Per request id: TTFT error, receive lag, ITL mean error, ITL max error (ms)."""
+    ttft, lag, itl, itl_max = [], [], [], []
+    for r in rows:
+        srv = timings.get(r.get("request_id", ""))
+        if srv is None or r.get("ttft_ms") is None or r.get("status") != "ok":
+            continue
+        arrive, first, last, n, max_gap, _ = srv
+        ttft.append(r["ttft_ms"] - (first - arrive) / 1e6)
+        lag.append((r["t_start"] * 1e9 + r["ttft_ms"] * 1e6 - first) / 1e6)
+        if r.get("itl_ms") and n > 1:
+            itl.append(r["itl_ms"]["mean"] - (last - first) / (n - 1) / 1e6)
+            itl_max.append(r["itl_ms"]["max"] - max_gap / 1e6)
+    return ttft, lag, itl, itl_max
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def measure(generator: str, users: int, args: argparse.Namespace) -> Result:
+    """One bounded run of one generator against a fresh timed server."""
+    srv = TimedServer(args.ttft, args.itl, args.tokens).start()
+    with tempfile.TemporaryDirectory(prefix="bench-gen-") as tmp:
+        out = Path(tmp) / "run"
+        # cap: about what the duration allows at the true timing, plus headroom
+        per_request_s = args.ttft + args.itl * args.tokens
+        cap = max(1, int(args.duration / per_request_s * 1.5) + 1)
+        try:
+            if generator == "agentload":
+                sessions = max(1, -(-cap // STEPS))
+                cmd = agentload_cmd(srv.port, users, args.duration, sessions, out)
+                child = run_child(cmd, args.duration + 120)
+                rows = _read_jsonl(out / "requests.jsonl")
+            else:
+                cmd = raw_cmd(srv.port, users, args.duration, cap, out.with_suffix(".jsonl"))
+                child = run_child(cmd, args.duration + 120)
+                rows = _read_jsonl(out.with_suffix(".jsonl"))
+        finally:
+            timings = srv.stop()
+    if child.returncode not in (0, 1):
+        print(f"  {generator} exited {child.returncode}:\n{child.output[-2000:]}", file=sys.stderr)
+    seen = {r["request_id"] for r in rows}
+    events = sum(t[5] for rid, t in timings.items() if rid in seen)
+    result = Result(generator, users, child, events, len(rows), *match(rows, timings))
+    result.server_core = srv.cpu_s / srv.wall_s
+    return result
+
+
+def print_table(results: list[Result]) -> None:
+    raw = {r.users: r for r in results if r.generator == "raw"}
+    print(
+        f"{'generator':9s} {'users':>5s} {'reqs':>6s} {'events':>7s} {'ev/s':>6s} {'core':>5s} "
+        f"{'ev/cpu-s':>8s} {'req/cpu-s':>9s} {'cpu-s/1k':>8s} {'x raw':>5s} {'steady':>7s} "
+        f"{'x raw':>5s} {'RSS MiB':>7s} {'server':>6s}  "
+        f"{'TTFT err p50/p99/max':>22s}  {'recv lag p50/p99/max':>22s}  "
+        f"{'ITL err p50/p99/max':>22s}  {'ITL max err':>22s}"
+    )
+    for r in results:
+        c = r.child
+        floor = raw.get(r.users)
+        ok = floor is not None and floor.events > 0
+        ratio = r.cpu_per_1k / floor.cpu_per_1k if ok else float("nan")
+        steady = r.steady_cpu_per_1k / floor.steady_cpu_per_1k if ok else float("nan")
+        print(
+            f"{r.generator:9s} {r.users:5d} {r.requests:6d} {r.events:7d} "
+            f"{r.events / c.wall_s:6.0f} {r.core:5.2f} {r.events / c.cpu_s:8.0f} "
+            f"{r.requests / c.cpu_s:9.1f} {r.cpu_per_1k:8.4f} {ratio:5.2f} "
+            f"{r.steady_cpu_per_1k:7.4f} {steady:5.2f} {c.peak_rss_mib:7.0f} {r.server_core:6.2f}  "
+            f"{_pcts(r.ttft_err):>22s}  {_pcts(r.lag):>22s}  {_pcts(r.itl_err):>22s}  "
+            f"{_pcts(r.itl_max_err):>22s}"
+        )
+    for gen in dict.fromkeys(r.generator for r in results):
+        sat = [r.users for r in results if r.generator == gen and r.saturated]
+        print(
+            f"{gen}: saturates at {sat[0]} users" if sat
+            else f"{gen}: not saturated up to {max(r.users for r in results if r.generator == gen)} users"
+        )  # fmt: skip
+
+
+def bench_generators(args: argparse.Namespace) -> None:
+    levels = args.users or ([50, 200] if args.quick else [50, 100, 200, 400])
+    print(
+        f"server: true TTFT {args.ttft * 1000:g} ms, ITL {args.itl * 1000:g} ms, "
+        f"{args.tokens} tokens; {args.duration:g} s per run; {psutil.cpu_count()} CPUs, "
+        f"load {psutil.getloadavg()[0]:.1f}; times in ms, CPU of the whole child tree"
+    )
+    # one user, near-instant replies, one second: what starting and stopping costs
+    tiny = argparse.Namespace(ttft=0.001, itl=0.0, tokens=1, duration=1.0)
+    startup = {gen: measure(gen, 1, tiny).child.cpu_s for gen in ("raw", "agentload")}
+    print("  start-up + shut-down CPU: " + ", ".join(f"{g} {c:.2f} s" for g, c in startup.items()))
+    results = []
+    for users in levels:
+        for gen in ("raw", "agentload"):
+            results.append(measure(gen, users, args))
+            r = results[-1]
+            r.startup_cpu_s = startup[gen]
+            print(
+                f"  {gen} @ {users}: {r.requests} requests ({len(r.ttft_err)} ok and matched), "
+                f"{r.child.cpu_s:.1f} cpu-s in {r.child.wall_s:.1f} s, exit {r.child.returncode}",
+                flush=True,
+            )
+    print_table(results)
+
+
+def bench_sessions(args: argparse.Namespace) -> None:
+    """RSS per 1,000 live agent sessions held in tool pauses and think time."""
+    srv = TimedServer(0.05, 0.005, 5).start()
+    spread = max(5.0, args.sessions / 400)  # users wake spread out, so start-up is not a burst
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-sess-") as tmp:
+            prof = Path(tmp) / "sessions.yaml"
+            prof.write_text(SESSIONS_PROFILE % {"spread": spread})
+            figures = {}
+            for users in (10, args.sessions):
+                spawn_s = users / 500
+                # both runs equally long: spawn, a first step each, then settle
+                hold = args.sessions / 500 + spread + 15
+                out = Path(tmp) / f"run{users}"
+                cmd = agentload_cmd(srv.port, users, hold, 1, out, prof)
+                cmd[cmd.index("--spawn-rate") + 1] = "500"
+                child = run_child(cmd, hold + 120, poll_s=0.5)
+                # all users spawned and through their first step, none finalising yet
+                rows = _read_jsonl(out / "requests.jsonl")
+                first = min((r["t_start"] for r in rows), default=0)
+                lo = first - child.started_wall + spawn_s + spread + 2
+                tail = [m for t, m in child.rss_samples if lo <= t <= lo + 8]
+                figures[users] = (float(np.median(tail or [child.peak_rss_mib])), child)
+                print(
+                    f"  {users} users: {len(rows)} requests, RSS {figures[users][0]:.0f} MiB "
+                    f"(peak {child.peak_rss_mib:.0f}), exit {child.returncode}",
+                    flush=True,
+                )
+    finally:
+        srv.stop()
+    base, big = figures[10][0], figures[args.sessions][0]
+    per_1k = (big - base) / (args.sessions - 10) * 1000
+    print(
+        f"{args.sessions} agent sessions in tool pauses/think time: RSS {big:.0f} MiB vs "
+        f"{base:.0f} MiB at 10 users: {per_1k:.0f} MiB per 1,000 sessions "
+        f"({per_1k * 1024 / 1000:.0f} KiB each)"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="50 and 200 users, 8 s runs")
+    ap.add_argument(
+        "--users", type=int, nargs="+", help="concurrency levels (overrides the default)"
+    )
+    ap.add_argument("--duration", type=float, help="seconds per run (default 20, --quick 8)")
+    ap.add_argument("--ttft", type=float, default=0.2, help="server's true TTFT (s)")
+    ap.add_argument("--itl", type=float, default=0.02, help="server's true ITL (s)")
+    ap.add_argument("--tokens", type=int, default=100, help="output tokens per request")
+    ap.add_argument("--sessions", type=int, help="instead: RSS per 1,000 idle agent sessions")
+    args = ap.parse_args()
+    if args.duration is None:
+        args.duration = 8.0 if args.quick else 20.0
+    if args.sessions:
+        bench_sessions(args)
+    else:
+        bench_generators(args)
+
+
+if __name__ == "__main__":
+    main()
