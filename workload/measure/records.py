@@ -85,6 +85,10 @@ class RequestRecord:
     # error on a step that makes or carries a tool call); None when it did not. A request can be
     # ok at the HTTP level and still fail the tool loop.
     tool_loop_failure: str | None = None
+    # The tool the session plan has this step call (scripted history: the synthesized call the
+    # step stands for; actual history: the call asked of the model); None on a step that ends
+    # in text. ``tool_calls`` above holds what the server returned; the two are kept apart.
+    planned_tool: str | None = None
     # Not written to requests.jsonl: in-memory only, for stats and actual history.
     itl_gaps_ms: list[float] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)
