@@ -44,7 +44,7 @@ def agent_run(path: Path, scale: int = 1, **overrides: Any) -> Path:
             r["planned_tool"] = "read_file"
         if r.get("error_kind") == "tool_loop":
             r["tool_loop_failure"] = "malformed tool call"
-            r["error_detail"] = "arguments are not valid JSON: '{\"path\": \"src/ma'"
+            r["error_detail"] = 'arguments are not valid JSON: \'{"path": "src/ma\''
     (run / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     meta = json.loads((run / "run.json").read_text())
     meta["exit_code"] = 1

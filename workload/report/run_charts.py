@@ -211,7 +211,9 @@ def run_charts(runs: list[tuple[str, RunData, dict]], classes: list[str]) -> lis
     return out
 
 
-def _tpot_series(data: RunData, cls: str) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+def _tpot_series(
+    data: RunData, cls: str
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """TPOT p50 and p95 per time bucket (the TTFT-over-time buckets) for one class."""
     rows = [r for r in data.requests if r.get("user_class") == cls and r.get("status") == "ok"
             and isinstance(r.get("tpot_ms"), (int, float)) and r.get("t_start")]  # fmt: skip
@@ -251,7 +253,11 @@ def agent_charts(data: RunData, summary: dict, classes: list[str]) -> list[Chart
         p50, p95 = _tpot_series(data, cls)
         s_tpot += [Series(cls + " p95", p95, col), Series(cls + " p50", p50, col, dash=True)]
         s_cached.append(Series(cls, _by_step(summary, cls, "cached_ratio", scale=100.0), col))
-        s_acc.append(Series(cls, _by_step(summary, cls, "spec_decode", "acceptance_length_token_weighted"), col))
+        s_acc.append(
+            Series(
+                cls, _by_step(summary, cls, "spec_decode", "acceptance_length_token_weighted"), col
+            )
+        )
     out = [
         line_chart("TPOT over time", s_tpot, "seconds since start", "ms", "p95 solid, p50 dashed", gaps=True),
         line_chart("Cached ratio by session step", s_cached, "session step", "% of prompt tokens cached"),
@@ -268,7 +274,9 @@ def agent_charts(data: RunData, summary: dict, classes: list[str]) -> list[Chart
         Series("p95", [(j, g["ttft_p95_ms"]) for j, g in enumerate(gaps) if g["ttft_p95_ms"] is not None], PALETTE[1]),
     ]  # fmt: skip
     note = "idle gap: since the session's previous request ended"
-    out.append(bar_chart("Cached ratio by idle gap before the step", cats, cached, "% cached", note))
+    out.append(
+        bar_chart("Cached ratio by idle gap before the step", cats, cached, "% cached", note)
+    )
     out.append(bar_chart("TTFT by idle gap before the step", cats, ttft, "ms", note))
     return out
 
@@ -280,7 +288,9 @@ _TOOL_GAP, _THINK_GAP = "#9467bd", "#c7c7c7"
 
 def _sample_sessions(data: RunData, n: int) -> list[dict]:
     """Up to n sessions: those that ended early first (a few), then spread over the run."""
-    sess = sorted((s for s in data.sessions if s.get("session_id")), key=lambda s: s.get("t_start") or 0.0)
+    sess = sorted(
+        (s for s in data.sessions if s.get("session_id")), key=lambda s: s.get("t_start") or 0.0
+    )
     bad = [s for s in sess if s.get("outcome") not in ("completed", None)][: max(1, n // 3)]
     good = [s for s in sess if s not in bad]
     k = n - len(bad)
@@ -315,7 +325,9 @@ def session_timeline(data: RunData, rows: int = TIMELINE_ROWS) -> Chart:
         reqs = sorted(by_sess[s["session_id"]], key=lambda d: d["t_start"])
         t0 = min(float(s.get("t_start") or reqs[0]["t_start"]), reqs[0]["t_start"])
         spans.append((s, reqs, t0))
-    xmax = max(r["t_start"] - t0 + (r.get("e2e_ms") or 0.0) / 1000.0 for _, reqs, t0 in spans for r in reqs)
+    xmax = max(
+        r["t_start"] - t0 + (r.get("e2e_ms") or 0.0) / 1000.0 for _, reqs, t0 in spans for r in reqs
+    )
     xt = _ticks(xmax)
 
     def sx(x: float) -> float:
@@ -325,7 +337,7 @@ def session_timeline(data: RunData, rows: int = TIMELINE_ROWS) -> Chart:
     for i, (s, reqs, t0) in enumerate(spans):
         y = top + i * row_h
         cls, sid = str(s.get("user_class") or ""), str(s["session_id"])
-        short = sid[len(cls) + 1:] if sid.startswith(cls + "-") else sid
+        short = sid[len(cls) + 1 :] if sid.startswith(cls + "-") else sid
         label = f"{cls[:14]} {short[:12]}"
         c.yticks.append((round(y + row_h / 2, 1), label))
         prev_end, prev_tool = None, False
@@ -339,7 +351,10 @@ def session_timeline(data: RunData, rows: int = TIMELINE_ROWS) -> Chart:
                                "color": _TOOL_GAP if prev_tool else _THINK_GAP,
                                "tip": f"{kind}: {a - prev_end:.1f} s"})  # fmt: skip
             if r.get("tool_loop_failure") or r.get("error_kind") == "tool_loop":
-                col, what = _TLF, f"tool-loop failure: {r.get('tool_loop_failure') or r.get('error_kind')}"
+                col, what = (
+                    _TLF,
+                    f"tool-loop failure: {r.get('tool_loop_failure') or r.get('error_kind')}",
+                )
             elif r.get("status") == "cancelled":
                 col, what = _CANCEL, "cancelled"
             elif r.get("status") not in ("ok", None):

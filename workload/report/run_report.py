@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workload.analyze.rundata import load_run
+from workload.analyze.rundata import RunData, load_run
+from workload.report.charts import Chart
 from workload.report.run_charts import agent_charts, run_charts
 from workload.report.run_views import (
     fingerprint_groups,
@@ -72,7 +73,7 @@ def _spec_means(summary: dict) -> list[tuple[str, str]]:
     return [(k, fmt_num(v, "{:.3f}")) for k, v in rows if v is not None]
 
 
-def _idle_rows(data) -> list[list[str]]:  # type: ignore[no-untyped-def]
+def _idle_rows(data: RunData) -> list[list[str]]:
     return [
         [r["bucket"], fmt_count(r["requests"]), fmt_pct(r["cached_ratio"]),
          fmt_ms(r["ttft_p50_ms"]), fmt_ms(r["ttft_p95_ms"])]
@@ -80,7 +81,7 @@ def _idle_rows(data) -> list[list[str]]:  # type: ignore[no-untyped-def]
     ]  # fmt: skip
 
 
-def _charts(data, summary: dict, classes: list[str]) -> list:  # type: ignore[no-untyped-def]
+def _charts(data: RunData, summary: dict, classes: list[str]) -> list[Chart]:
     """TTFT over time first, then the agent charts, then throughput, ITL, spec and server."""
     base = run_charts([("A", data, summary)], classes)
     return base[:1] + agent_charts(data, summary, classes) + base[1:]
@@ -100,8 +101,15 @@ def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
         column_help=COLUMN_HELP,
         summary=summary_rows(summary),
         headline=headline(data, summary),
-        slo=[dict(r, text=slo_text(r), observed_text=fmt_value(r.get("observed"), str(r.get("unit") or "")),
-                  threshold_text=fmt_value(r.get("threshold"), str(r.get("unit") or ""))) for r in slo],
+        slo=[
+            dict(
+                r,
+                text=slo_text(r),
+                observed_text=fmt_value(r.get("observed"), str(r.get("unit") or "")),
+                threshold_text=fmt_value(r.get("threshold"), str(r.get("unit") or "")),
+            )
+            for r in slo
+        ],
         tool_rows=tool_rows(summary),
         tool_examples=tool_failure_examples(data.requests),
         idle_rows=_idle_rows(data),

@@ -63,7 +63,9 @@ def exit_reason(run: Mapping[str, Any], summary: Mapping[str, Any]) -> tuple[int
     code = int(code) if isinstance(code, (int, float)) else None
     err = dig(summary, "overall", "error_ratio")
     limit = max_error_ratio(run)
-    failed = [r for r in run.get("slo_results") or [] if isinstance(r, dict) and not r.get("passed")]
+    failed = [
+        r for r in run.get("slo_results") or [] if isinstance(r, dict) and not r.get("passed")
+    ]
     failed = [r for r in failed if not r.get("skipped")]
     if code == 1 or (code is None and isinstance(err, (int, float)) and err > limit):
         return code, f"error ratio {fmt_pct(err)} > {fmt_pct(limit)}"
@@ -104,7 +106,10 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         "requests": fmt_count(ov.get("requests")),
         "errors": fmt_count(ov.get("errors")),
         "error_ratio": fmt_pct(ov.get("error_ratio")),
-        "errors_by_kind": [(k, fmt_count(n)) for k, n in sorted((ov.get("errors_by_kind") or {}).items(), key=lambda kv: -kv[1])],
+        "errors_by_kind": [
+            (k, fmt_count(n))
+            for k, n in sorted((ov.get("errors_by_kind") or {}).items(), key=lambda kv: -kv[1])
+        ],
         "sessions_finished": fmt_count(sess.get("finished")),
         "sessions_completed": fmt_count(sess.get("completed")),
         "sessions_failed": fmt_count(sess.get("failed")),
@@ -143,7 +148,9 @@ def tool_failure_examples(requests: Iterable[Mapping[str, Any]], n: int = 8) -> 
         why = r.get("tool_loop_failure")
         if not why and r.get("error_kind") != "tool_loop":
             continue
-        returned = ", ".join(str(c.get("name")) for c in r.get("tool_calls") or [] if isinstance(c, dict))
+        returned = ", ".join(
+            str(c.get("name")) for c in r.get("tool_calls") or [] if isinstance(c, dict)
+        )
         detail = r.get("error_detail") or ""
         wrong = str(why or r.get("error_kind"))
         if detail and detail not in wrong:
@@ -237,14 +244,13 @@ def _is_unknown(v: Any) -> bool:
 def fingerprint_groups(run: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Fingerprint and labels by group: [{name, rows [(field, value, source)], unknown [fields]}]."""
     groups: dict[str, dict[str, Any]] = {
-        name: {"name": name, "rows": [], "unknown": []}
-        for name in _GROUP_ORDER
+        name: {"name": name, "rows": [], "unknown": []} for name in _GROUP_ORDER
     }
     fp = {k: v for k, v in (run.get("fingerprint") or {}).items() if not str(k).startswith("_")}
     for key, (v, src) in sorted(flatten_fingerprint(fp).items()):
         if key.startswith("label."):
             name = "labels"
-            key = key[len("label."):]
+            key = key[len("label.") :]
         else:
             name = next((g for g, pre in FP_GROUPS if key.startswith(pre)), "other")
         _put(groups[name], key, v, src)
