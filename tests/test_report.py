@@ -49,9 +49,10 @@ def test_run_report_renders_and_escapes(evil_run):
     # The headline first, then the charts, then the tables.
     order = ['id="headline"', 'id="charts"', 'id="summary"', 'id="tool-loop"', 'id="fingerprint"']
     assert [html.index(s) for s in order] == sorted(html.index(s) for s in order)
-    assert html.count('<figure class="chart"') == 13
+    assert html.count('<figure class="chart"') == 14
     for title in ("TTFT over time", "TPOT over time", "Cached ratio by session step",
                   "Spec-decode acceptance length by session step", "Session timeline (sample)",
+                  "Spec-decode acceptance length by request kind",
                   "Cached ratio by idle gap before the step", "TTFT by idle gap before the step",
                   "Output throughput over time", "TTFT by session step",
                   "ITL distribution", "Spec-decode acceptance histogram", "Server KV cache usage",

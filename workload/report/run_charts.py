@@ -263,6 +263,7 @@ def agent_charts(data: RunData, summary: dict, classes: list[str]) -> list[Chart
         line_chart("Cached ratio by session step", s_cached, "session step", "% of prompt tokens cached"),
         line_chart("Spec-decode acceptance length by session step", s_acc, "session step",
                    "tokens per spec step", "token-weighted mean"),
+        _acceptance_by_kind(data, classes),
         session_timeline(data),
     ]  # fmt: skip
     gaps = idle_gap_table(data.requests)
@@ -279,6 +280,31 @@ def agent_charts(data: RunData, summary: dict, classes: list[str]) -> list[Chart
     )
     out.append(bar_chart("TTFT by idle gap before the step", cats, ttft, "ms", note))
     return out
+
+
+def _acceptance_by_kind(data: RunData, classes: list[str]) -> Chart:
+    """Pooled acceptance length (1 + Σa/Σs) per class, steps that end in a planned tool call
+    apart from steps that end in text (tool-call JSON drafts differently from prose)."""
+    sums: dict[tuple[str, bool], list[float]] = {}
+    for r in data.requests:
+        sd = r.get("spec_decode")
+        if r.get("status") != "ok" or not isinstance(sd, dict):
+            continue
+        a, st = sd.get("num_accepted_draft_tokens"), sd.get("num_spec_steps")
+        if isinstance(a, (int, float)) and isinstance(st, (int, float)) and st > 0:
+            acc = sums.setdefault(
+                (str(r.get("user_class")), bool(r.get("planned_tool"))), [0.0, 0.0]
+            )
+            acc[0] += a
+            acc[1] += st
+    series = []
+    for j, (kind, tool) in enumerate((("tool-call steps", True), ("text steps", False))):
+        pts = [(float(i), 1.0 + sums[(c, tool)][0] / sums[(c, tool)][1]) for i, c in enumerate(classes)
+               if (c, tool) in sums]  # fmt: skip
+        if pts:
+            series.append(Series(kind, pts, PALETTE[4 + j]))
+    return bar_chart("Spec-decode acceptance length by request kind", list(classes), series,
+                     "tokens per spec step", "pooled 1 + Σa/Σs per class")  # fmt: skip
 
 
 TIMELINE_ROWS = 16

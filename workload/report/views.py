@@ -126,7 +126,7 @@ def summary_rows(summary: dict[str, Any]) -> list[list[str]]:
         rows.append(
             [
                 name,
-                str(v.get("requests", "-")),
+                fmt_count(v.get("requests")),
                 fmt_pct(v.get("error_ratio")),
                 f"{s.get('completed', 0)} / {s.get('finished', 0)}",
                 fmt_ms(dig(v, "ttft_ms", "p50")),
