@@ -260,9 +260,9 @@ def agent_charts(data: RunData, summary: dict, classes: list[str]) -> list[Chart
         )
     out = [
         line_chart("TPOT over time", s_tpot, "seconds since start", "ms", "p95 solid, p50 dashed", gaps=True),
-        line_chart("Cached ratio by session step", s_cached, "session step", "% of prompt tokens cached"),
+        line_chart("Cached ratio by session step", s_cached, "session step", "% cached"),
         line_chart("Spec-decode acceptance length by session step", s_acc, "session step",
-                   "tokens per spec step", "token-weighted mean"),
+                   "tokens / spec step", "token-weighted mean"),
         _acceptance_by_kind(data, classes),
         session_timeline(data),
     ]  # fmt: skip
@@ -304,7 +304,7 @@ def _acceptance_by_kind(data: RunData, classes: list[str]) -> Chart:
         if pts:
             series.append(Series(kind, pts, PALETTE[4 + j]))
     return bar_chart("Spec-decode acceptance length by request kind", list(classes), series,
-                     "tokens per spec step", "pooled 1 + Σa/Σs per class")  # fmt: skip
+                     "tokens / spec step", "pooled 1 + Σa/Σs per class")  # fmt: skip
 
 
 TIMELINE_ROWS = 16
