@@ -427,3 +427,9 @@ def test_non_stream_bad_response(body):
 def test_unexpected_transport_exception_becomes_data():
     rec, _, _ = run([(1, RuntimeError("boom"))])
     assert rec.status == "error" and "boom" in rec.error_detail
+
+
+def test_record_carries_the_planned_tool():
+    rec, _, _ = run(HAPPY, req=request(planned_tool="read_file"))
+    assert rec.planned_tool == "read_file" and rec.to_json()["planned_tool"] == "read_file"
+    assert run(HAPPY)[0].planned_tool is None
