@@ -170,4 +170,19 @@ def test_headline_and_tool_tables_of_an_agent_run(tmp_path):
 def test_headline_of_a_healthy_run_passes(tmp_path):
     data = load_run(write_run(tmp_path / "ok"))
     h = headline(data, run_summary(data))
-    assert h["ok"] and h["code"] == "0" and h["tool_loop_failures"] == "0"
+    assert h["ok"] and h["code"] == "0" and h["tool_loop_failures"] == "0" and h["warn"] == ""
+
+
+def test_headline_warns_when_exit_0_hides_failed_sessions(tmp_path):
+    data = load_run(write_run(tmp_path / "tl", tool_loop_failures=0.5))
+    h = headline(data, run_summary(data))
+    assert h["ok"] and h["warn"].endswith("sessions did not complete")
+
+
+def test_tool_failure_examples_show_the_malformed_arguments():
+    rows = [{"request_id": "r1", "user_class": "agent", "step": 1, "t_start": 1.0, "planned_tool": "grep",
+             "tool_loop_failure": "malformed tool call",
+             "tool_calls": [{"name": "grep", "arguments": '{"q": "x', "arguments_valid": False}]},
+            {"request_id": "r0", "user_class": "agent", "step": 1, "t_start": 2.0, "status": "ok"}]  # fmt: skip
+    (ex,) = tool_failure_examples(rows)
+    assert ex == ["r1", "agent #1", "grep", "grep", 'malformed tool call; arguments: \'{"q": "x\'']

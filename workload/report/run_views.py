@@ -93,9 +93,22 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         for s in data.sessions
         if s.get("outcome") not in ("completed", None)
     )
-    ok = code == 0 if code is not None else not reason.startswith(("error ratio", "SLO"))
+    if code is not None:
+        ok = code == 0
+    else:  # an old run.json: judge from the computed reason
+        ok = not (
+            reason.startswith("SLO") or (reason.startswith("error ratio") and " > " in reason)
+        )
+    broken = int(sess.get("failed") or 0) + int(sess.get("tool_loop_failure") or 0)
+    # exit 0 gates on errors and SLOs only: say so when sessions still ended early
+    warn = (
+        f"{fmt_count(broken)} of {fmt_count(sess.get('finished'))} sessions did not complete"
+        if ok and broken
+        else ""
+    )
     return {
         "ok": ok,
+        "warn": warn,
         "code": "-" if code is None else str(code),
         "meaning": EXIT_MEANING.get(code, "") if code is not None else "",
         "reason": reason,
@@ -155,6 +168,13 @@ def tool_failure_examples(requests: Iterable[Mapping[str, Any]], n: int = 8) -> 
         wrong = str(why or r.get("error_kind"))
         if detail and detail not in wrong:
             wrong += f" ({detail[:160]})"
+        bad = [
+            c
+            for c in r.get("tool_calls") or []
+            if isinstance(c, dict) and not c.get("arguments_valid", True)
+        ]
+        if bad:  # show what the server sent, cut short
+            wrong += f"; arguments: {str(bad[0].get('arguments') or '')[:80]!r}"
         out.append([str(r.get("request_id") or "-"), f"{r.get('user_class')} #{r.get('step')}",
                     str(r.get("planned_tool") or "-"), returned or "none", wrong])  # fmt: skip
         if len(out) >= n:
