@@ -16,9 +16,9 @@ import resource
 import statistics
 import time
 
+from workload.measure.records import RequestRecord
 from workload.plan.loading import list_profiles, load_profile, validate_profile
 from workload.plan.prompts import synth_for
-from workload.measure.records import RequestRecord
 from workload.plan.sessions import SessionPlanner
 from workload.plan.tokens import get_tokenizer
 

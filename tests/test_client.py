@@ -500,3 +500,9 @@ def test_records_never_carry_url_credentials():
         PreparedRequest(path="/v1/x", body=b"{}", stream=True, endpoint="chat", request_id="r")
     )
     assert rec.target == "http://***@t:9" and "secret" not in orjson.dumps(rec.to_json()).decode()
+
+
+def test_record_carries_the_planned_tool():
+    rec, _, _ = run(HAPPY, req=request(planned_tool="read_file"))
+    assert rec.planned_tool == "read_file" and rec.to_json()["planned_tool"] == "read_file"
+    assert run(HAPPY)[0].planned_tool is None

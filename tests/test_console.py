@@ -29,3 +29,16 @@ def test_view_rows_and_progress_line():
     line = progress_line(agg, elapsed_s=12.0, users=3)
     assert line.startswith("[    12s] users 3 | reqs 60") and "TTFT p95" in line
     assert progress_line(summary, elapsed_s=1.0, users=0).startswith("[     1s]")
+
+
+def test_console_table_says_tool_calls_planned_and_returned():
+    from tests.stats_builders import req
+
+    agg = Aggregate()
+    agg.add_request(req(step=1, planned_tool="read_file"))
+    agg.add_request(req(step=2))
+    text = console_table(agg.summary())
+    assert text.endswith("tool calls: 1 planned, 0 returned by the server; tool-loop failures: 0")
+    row = view_row("All", agg.summary()["overall"])
+    assert row["tool_calls_planned"] == 1 and row["tool_calls_returned"] == 0
+    assert "tool calls" not in console_table(Aggregate().summary())

@@ -46,13 +46,22 @@ def test_run_report_renders_and_escapes(evil_run):
     html = out.read_text()
     _offline(html)
     assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in html
-    for section in ('id="summary"', 'id="fingerprint"', 'id="charts"'):
-        assert section in html
-    assert html.count('<figure class="chart"') == 7
-    for title in ("TTFT over time", "Output throughput over time", "TTFT by session step",
+    # The headline first, then the charts, then the tables.
+    order = ['id="headline"', 'id="charts"', 'id="summary"', 'id="tool-loop"', 'id="fingerprint"']
+    assert [html.index(s) for s in order] == sorted(html.index(s) for s in order)
+    assert html.count('<figure class="chart"') == 14
+    for title in ("TTFT over time", "TPOT over time", "Cached ratio by session step",
+                  "Spec-decode acceptance length by session step", "Session timeline (sample)",
+                  "Spec-decode acceptance length by request kind",
+                  "Cached ratio by idle gap before the step", "TTFT by idle gap before the step",
+                  "Output throughput over time", "TTFT by session step",
                   "ITL distribution", "Spec-decode acceptance histogram", "Server KV cache usage",
                   "Server queue"):  # fmt: skip
         assert title in html
+    # Numbers for people, definitions one hover away, the fingerprint collapsed.
+    assert not re.search(r"\d\.\d+e[+-]\d", html)
+    assert 'title="Spec-decode acceptance length, token-weighted' in html
+    assert '<details class="fp">' in html and "fingerprint.model_runner" not in html
     assert "interactive" in html and "background" in html
 
 
@@ -143,3 +152,22 @@ def test_reports_render_in_chromium_without_console_errors(tmp_path, evil_run, c
                 page.close()
         finally:
             browser.close()
+
+
+def test_run_report_of_an_agent_run_says_why_it_failed(tmp_path):
+    from tests.report_runs import agent_run
+
+    html = write_run_report(agent_run(tmp_path / "r")).read_text()
+    _offline(html)
+    head = html[html.index('id="headline"') : html.index('id="charts"')]
+    assert "exit 1" in head and "error ratio 6.0 % &gt; 5.0 %" in head
+    assert "overall tool_loop_failure_ratio 15.4 % &gt; 5.0 %" in head
+    assert (
+        "planned" in head
+        and "returned by the server" in head
+        and "tool_loop_failure: malformed tool call" in head
+    )
+    assert "0.15384615384615385" not in html
+    tool = html[html.index('id="tool-loop"') :]
+    assert "First tool-loop failures" in tool and "read_file" in tool
+    assert 'id="idle-gap"' in html and "30–60 s" in html

@@ -435,3 +435,11 @@ def test_every_builtin_plans_sessions(name):
             steps = play(s)
             assert steps and s.outcome == "completed"
             assert len(steps) == s.steps_done <= prof.classes[cls].max_steps
+
+
+def test_planned_tool_travels_to_the_request():
+    """The planned tool reaches the PreparedRequest (the client copies it into the record)."""
+    steps = play(make().new_session("agent", 0, 1))
+    planned = [st.planned_tool for st, _ in steps]
+    assert any(planned)  # the agent class plans tool calls
+    assert all(st.request.planned_tool == st.planned_tool for st, _ in steps)

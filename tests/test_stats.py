@@ -211,3 +211,21 @@ def test_spec_decode_with_only_reported_mean():
     assert sd["acceptance_length_request_mean"] == pytest.approx(2.0)
     assert sd["acceptance_length_token_weighted"] is None
     assert sd["draft_acceptance_rate"] is None
+
+
+def test_tool_calls_planned_and_returned_are_kept_apart():
+    """Scripted tool steps count as planned tool calls; server-returned calls stay `tool_calls`."""
+    call = {"index": 0, "id": "c1", "name": "read_file", "arguments": "{}", "arguments_valid": True}
+    agg = Aggregate()
+    agg.add_request(req(step=1))
+    agg.add_request(req(step=2, planned_tool="read_file"))  # scripted: no call returned
+    agg.add_request(req(step=3, planned_tool="grep", tool_calls=[call]))  # actual history
+    agg.add_request(req(step=4, planned_tool="grep", status="error", error_kind="timeout"))
+    o = agg.summary()["overall"]
+    assert o["tool_calls_planned"] == 2  # the failed attempt made no call
+    assert o["tool_calls_returned"] == o["tool_calls"] == 1
+    assert agg.summary()["by_step"]["chat"]["2"]["tool_calls_planned"] == 1
+    # Old stats.json (no tool_calls_planned counter) still loads; the count reads 0.
+    d = agg.to_dict()
+    del d["overall"]["counters"]["tool_calls_planned"]
+    assert Aggregate.from_dict(d).summary()["overall"]["tool_calls_planned"] == 0

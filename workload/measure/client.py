@@ -382,6 +382,7 @@ class Client:
             request_id=req.request_id,
             endpoint=req.endpoint,
             stream=req.stream,
+            planned_tool=req.planned_tool,
         )
         reply = _Reply(rec, req.endpoint == "chat")
         clock = self._clock

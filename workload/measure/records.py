@@ -89,6 +89,10 @@ class RequestRecord:
     tool_loop_failure: str | None = None
     # Seconds the server asked the client to wait (Retry-After on a 429 / 503); None when absent.
     retry_after_s: float | None = None
+    # The tool the session plan has this step call (scripted history: the synthesized call the
+    # step stands for; actual history: the call asked of the model); None on a step that ends
+    # in text. ``tool_calls`` above holds what the server returned; the two are kept apart.
+    planned_tool: str | None = None
     # Not written to requests.jsonl: in-memory only, for stats and actual history.
     itl_gaps_ms: list[float] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)

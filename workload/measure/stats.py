@@ -15,6 +15,12 @@ Definitions (also in docs/metrics.md):
 - ``error_ratio`` = errors / (requests - cancelled). Cancelled requests (user stopped)
   are neither ok nor errors. ``tool_loop_failures`` counts requests whose
   ``tool_loop_failure`` is set (ok at the HTTP level or not); ``sessions.tool_loop_failure`` counts session outcomes.
+- Tool calls, kept apart: ``tool_calls_planned`` = ok requests whose session plan has the
+  step end in a tool call (``planned_tool``; in scripted history, the default, these are the
+  synthesized calls the run stands for); ``tool_calls_returned`` (= ``tool_calls``, the older
+  name, unchanged) = tool calls the server returned, summed over requests. Scripted runs
+  return none unless the server volunteers them; in actual history planned - returned hints
+  at missing calls (the tool-loop failures say which).
 - ``cached_ratio`` = Σcached / Σprompt over requests that reported cached tokens.
 - Sessions: ``finished`` = all outcomes but cancelled; ``success_ratio`` =
   completed / finished. A session is *good* when it completed and every one of its
@@ -64,7 +70,8 @@ _COUNTERS = (
     "cached_tokens",
     "cached_prompt_tokens",  # Σ prompt tokens of requests that reported cached tokens
     "cached_reported",
-    "tool_calls",
+    "tool_calls",  # server-returned tool calls (Σ len(record.tool_calls)); also tool_calls_returned
+    "tool_calls_planned",  # ok requests whose plan has the step end in a tool call
     "tool_loop_failures",
 )
 
@@ -114,6 +121,8 @@ class View:
             c["cached_prompt_tokens"] += rec.prompt_tokens or 0
             c["cached_reported"] += 1
         c["tool_calls"] += len(rec.tool_calls)
+        if rec.planned_tool and rec.status == "ok":
+            c["tool_calls_planned"] += 1
         if rec.tool_loop_failure or rec.error_kind == "tool_loop":
             c["tool_loop_failures"] += 1
 
@@ -159,6 +168,7 @@ class View:
         c = self.counters
         attempted = c["requests"] - c["cancelled"]
         out: dict[str, Any] = dict(c)
+        out["tool_calls_returned"] = c["tool_calls"]
         out["error_ratio"] = c["errors"] / attempted if attempted else None
         out["errors_by_kind"] = dict(sorted(self.errors_by_kind.items()))
         out["cached_ratio"] = (

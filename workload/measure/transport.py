@@ -35,6 +35,7 @@ class PreparedRequest:
     session_id: str = ""
     step: int = 0
     attempt: int = 0
+    planned_tool: str | None = None  # the tool the plan has this step call (copied into the record)
 
 
 class TransportError(Exception):

@@ -140,6 +140,7 @@ class StepRequest:
             session_id=self.session_id,
             step=self.step,
             attempt=self.attempt,
+            planned_tool=self.planned_tool,
         )
 
 

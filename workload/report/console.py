@@ -67,7 +67,20 @@ def console_table(summary: Mapping[str, Any]) -> str:
         lines.append("  ".join(cells).rstrip())
         if j == 0:
             lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines) + "\n(latencies in ms)"
+    return "\n".join(lines) + "\n(latencies in ms)" + tool_line(summary["overall"])
+
+
+def tool_line(view: Mapping[str, Any]) -> str:
+    """'\ntool calls: 176 planned, 0 returned by the server; tool-loop failures: 22' (or '')."""
+    planned = view.get("tool_calls_planned", 0)
+    returned = view.get("tool_calls_returned", view.get("tool_calls", 0))
+    fails = view.get("tool_loop_failures", 0)
+    if not (planned or returned or fails):
+        return ""
+    return (
+        f"\ntool calls: {planned} planned, {returned} returned by the server; "
+        f"tool-loop failures: {fails}"
+    )
 
 
 def _r(x: float | None, nd: int = 1) -> float | str:
@@ -93,6 +106,8 @@ def view_row(label: str, view: Mapping[str, Any]) -> dict[str, Any]:
         "sessions_ok": sessions["completed"] if sessions else "",
         "sessions_failed": sessions["failed"] + sessions["tool_loop_failure"] if sessions else "",
         "tool_loop_failures": view.get("tool_loop_failures", 0),
+        "tool_calls_planned": view.get("tool_calls_planned", 0),
+        "tool_calls_returned": view.get("tool_calls_returned", view.get("tool_calls", 0)),
     }
 
 

@@ -1,34 +1,43 @@
-"""The HTML report of one run: header, summary table, SLOs, spec-decode check, fingerprint, charts."""
+"""The HTML report of one run: headline, charts, then the tables (summary, SLOs, tool loop,
+idle gaps, spec decode, fingerprint)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from workload.analyze.rundata import load_run
-from workload.observe.fingerprint import flatten_fingerprint
-from workload.report.run_charts import run_charts
+from workload.analyze.rundata import RunData, load_run
+from workload.report.charts import Chart
+from workload.report.run_charts import agent_charts, run_charts
+from workload.report.run_views import (
+    fingerprint_groups,
+    headline,
+    idle_gap_table,
+    slo_text,
+    tool_failure_examples,
+    tool_rows,
+)
 from workload.report.views import (
+    COLUMN_HELP,
     SUMMARY_COLUMNS,
+    dig,
+    fmt_count,
+    fmt_ms,
     fmt_num,
+    fmt_pct,
+    fmt_value,
     render_page,
     run_header,
     run_summary,
     summary_rows,
 )
 
+_COUNTS = ("accepted_tokens", "draft_tokens", "spec_steps")
 
-def _fingerprint_rows(run: dict) -> list[tuple[str, str, str]]:
-    rows = []
-    for section in ("fingerprint", "labels"):
-        for k, (v, src) in sorted(flatten_fingerprint(run.get(section) or {}).items()):
-            rows.append(
-                (
-                    f"{section}.{k}",
-                    "unknown" if v is None else str(v),
-                    "" if src is None else str(src),
-                )
-            )
-    return rows
+
+def _fmt_spec(name: str, v: object) -> str:
+    if name in _COUNTS:
+        return fmt_count(v)
+    return fmt_num(v, "{:.3f}")
 
 
 def _spec_check_rows(run: dict) -> list[tuple[str, dict[str, str]]]:
@@ -47,10 +56,35 @@ def _spec_check_rows(run: dict) -> list[tuple[str, dict[str, str]]]:
             rows.append(
                 (
                     name,
-                    {k: fmt_num(row.get(k), "{:.4g}") for k in ("client", "server", "difference")},
+                    {k: _fmt_spec(name, row.get(k)) for k in ("client", "server", "difference")},
                 )
             )
     return rows
+
+
+def _spec_means(summary: dict) -> list[tuple[str, str]]:
+    """The three acceptance-length means of the whole run (they differ on purpose)."""
+    sd = dig(summary, "overall", "spec_decode") or {}
+    rows = [
+        ("request-weighted", sd.get("acceptance_length_request_mean")),
+        ("token-weighted (summary table)", sd.get("acceptance_length_token_weighted")),
+        ("pooled 1 + Σa/Σs (as /metrics)", sd.get("acceptance_length_pooled")),
+    ]
+    return [(k, fmt_num(v, "{:.3f}")) for k, v in rows if v is not None]
+
+
+def _idle_rows(data: RunData) -> list[list[str]]:
+    return [
+        [r["bucket"], fmt_count(r["requests"]), fmt_pct(r["cached_ratio"]),
+         fmt_ms(r["ttft_p50_ms"]), fmt_ms(r["ttft_p95_ms"])]
+        for r in idle_gap_table(data.requests)
+    ]  # fmt: skip
+
+
+def _charts(data: RunData, summary: dict, classes: list[str]) -> list[Chart]:
+    """TTFT over time first, then the agent charts, then throughput, ITL, spec and server."""
+    base = run_charts([("A", data, summary)], classes)
+    return base[:1] + agent_charts(data, summary, classes) + base[1:]
 
 
 def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
@@ -64,11 +98,25 @@ def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
         title=f"agentload run {data.run.get('run_id', data.path.name)}",
         header=run_header(data),
         columns=SUMMARY_COLUMNS,
+        column_help=COLUMN_HELP,
         summary=summary_rows(summary),
-        slo=slo,
+        headline=headline(data, summary),
+        slo=[
+            dict(
+                r,
+                text=slo_text(r),
+                observed_text=fmt_value(r.get("observed"), str(r.get("unit") or "")),
+                threshold_text=fmt_value(r.get("threshold"), str(r.get("unit") or "")),
+            )
+            for r in slo
+        ],
+        tool_rows=tool_rows(summary),
+        tool_examples=tool_failure_examples(data.requests),
+        idle_rows=_idle_rows(data),
         spec_check=_spec_check_rows(data.run),
-        fingerprint=_fingerprint_rows(data.run),
-        charts=run_charts([("A", data, summary)], classes),
+        spec_means=_spec_means(summary),
+        fingerprint=fingerprint_groups(data.run),
+        charts=_charts(data, summary, classes),
         comparison=None,
     )
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ autoescaping when the page is rendered.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,55 @@ def fmt_num(v: Any, fmt: str = "{:.2f}") -> str:
     return fmt.format(v) if isinstance(v, (int, float)) else "-"
 
 
+def fmt_count(v: Any) -> str:
+    """A count for people: 16860 -> '16,860' (a float count is rounded), '-' when absent."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        return "-"
+    return f"{round(v):,}"
+
+
+def fmt_value(v: Any, unit: str = "") -> str:
+    """A number in its unit for people: ratio -> '15.4 %', ms -> '1,234 ms', per_min -> '3.2 /min'."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        return "-"
+    if unit == "ratio":
+        return fmt_pct(v)
+    if unit == "ms":
+        return fmt_ms(v) + " ms"
+    if unit == "per_min":
+        return f"{v:,.1f} /min"
+    if unit in ("tokens_per_s", "tok/s"):
+        return f"{v:,.1f} tok/s"
+    if float(v).is_integer() and abs(v) >= 1:
+        return fmt_count(v)
+    return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
 SUMMARY_COLUMNS = (
     "class", "requests", "errors", "sessions ok / finished", "TTFT p50", "TTFT p95", "TTFT p99",
     "ITL p50", "ITL p95", "TPOT p50", "E2E p50", "E2E p95", "out tok/s", "cached", "acc. length", "draft acc.",
 )  # fmt: skip
+
+# One hover away: what each summary column means (title attributes on the headers).
+COLUMN_HELP = {
+    "requests": "Request attempts (retries count), including errors and cancelled ones.",
+    "errors": "error ratio = errors / (requests - cancelled)",
+    "sessions ok / finished": "Completed sessions / sessions that ended (any outcome but cancelled).",
+    "TTFT p50": "Time to first token (ms), successful requests; HDR percentile.",
+    "TTFT p95": "Time to first token (ms), successful requests; HDR percentile.",
+    "TTFT p99": "Time to first token (ms), successful requests; HDR percentile.",
+    "ITL p50": "Inter-token latency (ms) per gap between content chunks.",
+    "ITL p95": "Inter-token latency (ms) per gap between content chunks.",
+    "TPOT p50": "Time per output token after the first: (E2E - TTFT) / (tokens - 1), ms.",
+    "E2E p50": "Whole request, first byte sent to last byte read (ms).",
+    "E2E p95": "Whole request, first byte sent to last byte read (ms).",
+    "out tok/s": "Completion tokens / run duration.",
+    "cached": "Σ cached prompt tokens / Σ prompt tokens, over requests that reported cached tokens.",
+    "acc. length": "Spec-decode acceptance length, token-weighted: Σ(a+s)·L / Σ(a+s) (each emitted "
+    "token weighs the same). The server's /metrics give the pooled 1 + Σa/Σs, which differs "
+    "when requests differ in length.",
+    "draft acc.": "Draft acceptance rate: Σ accepted draft tokens / Σ draft tokens.",
+}
 
 
 def summary_rows(summary: dict[str, Any]) -> list[list[str]]:
@@ -80,7 +126,7 @@ def summary_rows(summary: dict[str, Any]) -> list[list[str]]:
         rows.append(
             [
                 name,
-                str(v.get("requests", "-")),
+                fmt_count(v.get("requests")),
                 fmt_pct(v.get("error_ratio")),
                 f"{s.get('completed', 0)} / {s.get('finished', 0)}",
                 fmt_ms(dig(v, "ttft_ms", "p50")),

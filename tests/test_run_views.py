@@ -1,0 +1,188 @@
+"""report.run_views and the report's number formatting: the headline's reason, idle gaps,
+the fingerprint in groups."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.builders import write_run
+from tests.report_runs import agent_run
+from workload.analyze.rundata import load_run
+from workload.report.run_views import (
+    exit_reason,
+    fingerprint_groups,
+    headline,
+    idle_gap_table,
+    idle_gaps,
+    max_error_ratio,
+    tool_failure_examples,
+    tool_rows,
+)
+from workload.report.views import fmt_count, fmt_value, run_summary
+
+
+def _slo(passed: bool, observed: float = 0.154, **kw) -> dict:
+    d = {"class_name": "*", "metric": "tool_loop_failure_ratio", "threshold": 0.05,
+         "observed": observed, "passed": passed, "unit": "ratio", "bound": "<=", "skipped": False}  # fmt: skip
+    d.update(kw)
+    return d
+
+
+def _summary(err: float | None) -> dict:
+    return {"overall": {"error_ratio": err}}
+
+
+def test_exit_reason_error_ratio_beats_slos():
+    run = {"exit_code": 1, "profile": {"max_error_ratio": 0.05}, "slo_results": [_slo(False)]}
+    assert exit_reason(run, _summary(0.16923)) == (1, "error ratio 16.9 % > 5.0 %")
+
+
+def test_exit_reason_names_the_failed_slo():
+    run = {"exit_code": 3, "slo_results": [_slo(True, 0.01), _slo(False), _slo(False, metric="x")]}
+    code, why = exit_reason(run, _summary(0.0))
+    assert code == 3
+    assert why == "SLO failed: overall tool_loop_failure_ratio 15.4 % > 5.0 % (+1 more)"
+
+
+def test_exit_reason_pass_and_unknown_codes():
+    assert exit_reason({"exit_code": 0, "slo_results": [_slo(True, 0.01)]}, _summary(0.01)) == (
+        0,
+        "error ratio 1.0 % ≤ 5.0 %, 1 SLO met",
+    )
+    assert exit_reason({"exit_code": 130}, _summary(None)) == (130, "interrupted (SIGINT)")
+    assert exit_reason({}, _summary(None)) == (None, "exit code not recorded")
+    # no exit code recorded (an old run.json): the reason is still computed
+    assert exit_reason({}, _summary(0.2))[1] == "error ratio 20.0 % > 5.0 %"
+
+
+def test_max_error_ratio_flag_beats_profile():
+    run = {
+        "argv": ["agentload", "run", "--max-error-ratio", "0.2"],
+        "profile": {"max_error_ratio": 0.01},
+    }
+    assert max_error_ratio(run) == 0.2
+    assert max_error_ratio({"argv": ["--max-error-ratio=0.3"]}) == 0.3
+    assert max_error_ratio({"profile": {"max_error_ratio": 0.01}}) == 0.01
+    assert max_error_ratio({}) == 0.05
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "text"),
+    [
+        (0.15384615384615385, "ratio", "15.4 %"),
+        (16860.0, "", "16,860"),
+        (1234.5, "ms", "1,234 ms"),
+        (42.25, "ms", "42.2 ms"),
+        (3.21, "per_min", "3.2 /min"),
+        (2.0987, "", "2.1"),
+        (None, "ms", "-"),
+        (float("nan"), "", "-"),
+    ],
+)
+def test_fmt_value_for_people(value, unit, text):
+    assert fmt_value(value, unit) == text
+
+
+def test_fmt_count():
+    assert fmt_count(16860) == "16,860"
+    assert fmt_count(1.686e4) == "16,860"
+    assert fmt_count(None) == "-"
+    assert fmt_count(True) == "-"
+
+
+def test_idle_gaps_per_session_from_previous_end():
+    rows = [
+        {"session_id": "a", "step": 2, "t_start": 110.0, "e2e_ms": 500.0},
+        {"session_id": "a", "step": 1, "t_start": 100.0, "e2e_ms": 2000.0},  # ends at 102
+        {"session_id": "b", "step": 1, "t_start": 101.0, "e2e_ms": None},  # error: ends at start
+        {"session_id": "b", "step": 2, "t_start": 131.0, "e2e_ms": 100.0},
+        {"session_id": "a", "step": 3, "t_start": 110.4, "e2e_ms": 100.0},  # overlaps: gap 0
+        {"session_id": "", "step": 1, "t_start": 1.0},  # no session: ignored
+    ]
+    gaps = sorted((round(g, 6), r["session_id"], r["step"]) for g, r in idle_gaps(rows))
+    assert gaps == [(0.0, "a", 3), (8.0, "a", 2), (30.0, "b", 2)]
+
+
+def test_idle_gap_table_buckets_cached_ratio_and_ttft():
+    rows = []
+    for i, gap in enumerate((0.5, 2.0, 45.0, 45.0)):
+        sid = f"s{i}"
+        rows.append({"session_id": sid, "step": 1, "t_start": 100.0, "e2e_ms": 1000.0})
+        rows.append({"session_id": sid, "step": 2, "t_start": 101.0 + gap, "e2e_ms": 100.0,
+                     "status": "ok", "ttft_ms": 100.0 * (i + 1), "prompt_tokens": 1000,
+                     "cached_tokens": 900 if gap < 30 else 100})  # fmt: skip
+    table = idle_gap_table(rows)
+    assert [t["bucket"] for t in table] == ["0–1 s", "1–5 s", "30–60 s"]
+    assert table[0]["cached_ratio"] == pytest.approx(0.9)
+    assert table[2]["requests"] == 2 and table[2]["cached_ratio"] == pytest.approx(0.1)
+    assert table[2]["ttft_p50_ms"] == 300.0 and table[2]["ttft_p95_ms"] == 400.0
+
+
+def test_fingerprint_groups_fold_unknown_fields():
+    run = {
+        "fingerprint": {
+            "server_version": {"value": "0.11.0", "source": "/version"},
+            "model_id": {"value": "m", "source": "/v1/models"},
+            "model_runner": {"value": "v2", "source": "server log"},
+            "kv_block_size": {"value": 16, "source": "/metrics"},
+            "cache_config": {
+                "value": {"block_size": "16", "cache_dtype": "auto"},
+                "source": "/metrics",
+            },
+            "tensor_parallel_size": {"value": "unknown", "source": None},
+            "mamba_cache_mode": {"value": "unknown", "source": None},
+            "label.team": {"value": "infra", "source": "operator label"},
+            "weird": {"value": 1, "source": None},
+            "_probes": {"x": 1},
+        },
+        "labels": {"team": "infra", "env": "ci"},
+    }
+    groups = {g["name"]: g for g in fingerprint_groups(run)}
+    assert list(groups) == ["server", "KV cache", "runner", "parallelism", "labels", "other"]
+    assert [r[0] for r in groups["server"]["rows"]] == ["model_id", "server_version"]
+    assert [r[0] for r in groups["runner"]["rows"]] == ["model_runner"]
+    assert "cache_config.block_size" in [r[0] for r in groups["KV cache"]["rows"]]
+    assert groups["KV cache"]["unknown"] == ["mamba_cache_mode"]
+    assert groups["parallelism"]["rows"] == [] and groups["parallelism"]["unknown"] == [
+        "tensor_parallel_size"
+    ]
+    assert sorted(r[0] for r in groups["labels"]["rows"]) == ["env", "team"]
+    assert groups["other"]["rows"] == [("weird", "1", "")]
+
+
+def test_headline_and_tool_tables_of_an_agent_run(tmp_path):
+    data = load_run(agent_run(tmp_path / "r"))
+    summary = run_summary(data)
+    h = headline(data, summary)
+    assert not h["ok"] and h["code"] == "1" and h["reason"].startswith("error ratio ")
+    assert h["slo_fail"] == 1 and h["slo_pass"] == 1
+    assert int(h["tool_calls_planned"]) > 0 and h["tool_calls_returned"] == "0"
+    assert h["sessions_tool_loop"] == h["tool_loop_failures"] != "0"
+    assert any(
+        o == "tool_loop_failure" and r == "malformed tool call" for o, r, _ in h["session_reasons"]
+    )
+    rows = tool_rows(summary)
+    assert rows and all(len(r) == 6 for r in rows)
+    ex = tool_failure_examples(data.requests, n=3)
+    assert len(ex) == 3 and ex[0][2] == "read_file" and ex[0][4].startswith("malformed tool call")
+
+
+def test_headline_of_a_healthy_run_passes(tmp_path):
+    data = load_run(write_run(tmp_path / "ok"))
+    h = headline(data, run_summary(data))
+    assert h["ok"] and h["code"] == "0" and h["tool_loop_failures"] == "0" and h["warn"] == ""
+
+
+def test_headline_warns_when_exit_0_hides_failed_sessions(tmp_path):
+    data = load_run(write_run(tmp_path / "tl", tool_loop_failures=0.5))
+    h = headline(data, run_summary(data))
+    assert h["ok"] and h["warn"].endswith("sessions did not complete")
+
+
+def test_tool_failure_examples_show_the_malformed_arguments():
+    rows = [{"request_id": "r1", "user_class": "agent", "step": 1, "t_start": 1.0, "planned_tool": "grep",
+             "tool_loop_failure": "malformed tool call",
+             "tool_calls": [{"name": "grep", "arguments": '{"q": "x', "arguments_valid": False}]},
+            {"request_id": "r0", "user_class": "agent", "step": 1, "t_start": 2.0, "status": "ok"}]  # fmt: skip
+    (ex,) = tool_failure_examples(rows)
+    assert ex == ["r1", "agent #1", "grep", "grep", 'malformed tool call; arguments: \'{"q": "x\'']

@@ -1,0 +1,288 @@
+"""What the run report says first: the headline, tool calls and tool-loop failures, idle gaps,
+and the fingerprint in groups. Plain data from a run directory; the template draws it."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from workload.analyze.rundata import RunData
+from workload.observe.fingerprint import flatten_fingerprint
+from workload.report.views import dig, fmt_count, fmt_pct, fmt_value
+
+EXIT_MEANING = {
+    0: "passed",
+    1: "failed: too many errors",
+    2: "bad input",
+    3: "failed: SLO not met",
+    130: "interrupted (SIGINT)",
+    143: "terminated (SIGTERM)",
+}
+DEFAULT_MAX_ERROR_RATIO = 0.05
+
+
+def max_error_ratio(run: Mapping[str, Any]) -> float:
+    """The error-ratio gate the run used: --max-error-ratio in argv, else the profile's, else 5 %."""
+    argv = [str(a) for a in run.get("argv") or []]
+    for i, a in enumerate(argv):
+        val = None
+        if a == "--max-error-ratio" and i + 1 < len(argv):
+            val = argv[i + 1]
+        elif a.startswith("--max-error-ratio="):
+            val = a.split("=", 1)[1]
+        if val is not None:
+            try:
+                v = float(val)
+            except ValueError:
+                continue
+            if v >= 0:
+                return v
+    v = dig(run, "profile", "max_error_ratio")
+    return float(v) if isinstance(v, (int, float)) else DEFAULT_MAX_ERROR_RATIO
+
+
+def slo_text(r: Mapping[str, Any]) -> str:
+    """'interactive ttft_p95_ms 1,234 ms > 800 ms' (the observed value against its bound)."""
+    unit = str(r.get("unit") or "")
+    obs, thr = r.get("observed"), r.get("threshold")
+    bound = str(r.get("bound") or "<=")
+    cls = "overall" if r.get("class_name") == "*" else r.get("class_name")
+    if obs is None:
+        return f"{cls} {r.get('metric')}: no samples"
+    broke = ">" if bound == "<=" else "<"
+    held = "≤" if bound == "<=" else "≥"
+    op = held if r.get("passed") else broke
+    return f"{cls} {r.get('metric')} {fmt_value(obs, unit)} {op} {fmt_value(thr, unit)}"
+
+
+def exit_reason(run: Mapping[str, Any], summary: Mapping[str, Any]) -> tuple[int | None, str]:
+    """The run's exit code and why, e.g. (1, 'error ratio 16.9 % > 5 %')."""
+    code = run.get("exit_code")
+    code = int(code) if isinstance(code, (int, float)) else None
+    err = dig(summary, "overall", "error_ratio")
+    limit = max_error_ratio(run)
+    failed = [
+        r for r in run.get("slo_results") or [] if isinstance(r, dict) and not r.get("passed")
+    ]
+    failed = [r for r in failed if not r.get("skipped")]
+    if code == 1 or (code is None and isinstance(err, (int, float)) and err > limit):
+        return code, f"error ratio {fmt_pct(err)} > {fmt_pct(limit)}"
+    if code == 3 or (code is None and failed):
+        if not failed:
+            return code, "SLO not met"
+        more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+        return code, f"SLO failed: {slo_text(failed[0])}{more}"
+    if code == 0:
+        n = len([r for r in run.get("slo_results") or [] if isinstance(r, dict)])
+        slos = f", {n} SLO{'s' if n != 1 else ''} met" if n else ""
+        return code, f"error ratio {fmt_pct(err)} ≤ {fmt_pct(limit)}{slos}"
+    return code, EXIT_MEANING.get(code, "unknown") if code is not None else "exit code not recorded"
+
+
+def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts a reader wants before any chart (see templates/report.html.j2, #headline)."""
+    run = data.run
+    code, reason = exit_reason(run, summary)
+    ov = summary.get("overall") or {}
+    sess = ov.get("sessions") or {}
+    slos = [r for r in run.get("slo_results") or [] if isinstance(r, dict)]
+    reasons = Counter(
+        (str(s.get("outcome")), str(s.get("reason") or s.get("outcome")))
+        for s in data.sessions
+        if s.get("outcome") not in ("completed", None)
+    )
+    if code is not None:
+        ok = code == 0
+    else:  # an old run.json: judge from the computed reason
+        ok = not (
+            reason.startswith("SLO") or (reason.startswith("error ratio") and " > " in reason)
+        )
+    broken = int(sess.get("failed") or 0) + int(sess.get("tool_loop_failure") or 0)
+    # exit 0 gates on errors and SLOs only: say so when sessions still ended early
+    warn = (
+        f"{fmt_count(broken)} of {fmt_count(sess.get('finished'))} sessions did not complete"
+        if ok and broken
+        else ""
+    )
+    return {
+        "ok": ok,
+        "warn": warn,
+        "code": "-" if code is None else str(code),
+        "meaning": EXIT_MEANING.get(code, "") if code is not None else "",
+        "reason": reason,
+        "slo_pass": sum(1 for r in slos if r.get("passed") and not r.get("skipped")),
+        "slo_fail": sum(1 for r in slos if not r.get("passed") and not r.get("skipped")),
+        "slo_skip": sum(1 for r in slos if r.get("skipped")),
+        "slo_failed": [slo_text(r) for r in slos if not r.get("passed") and not r.get("skipped")],
+        "requests": fmt_count(ov.get("requests")),
+        "errors": fmt_count(ov.get("errors")),
+        "error_ratio": fmt_pct(ov.get("error_ratio")),
+        "errors_by_kind": [
+            (k, fmt_count(n))
+            for k, n in sorted((ov.get("errors_by_kind") or {}).items(), key=lambda kv: -kv[1])
+        ],
+        "sessions_finished": fmt_count(sess.get("finished")),
+        "sessions_completed": fmt_count(sess.get("completed")),
+        "sessions_failed": fmt_count(sess.get("failed")),
+        "sessions_tool_loop": fmt_count(sess.get("tool_loop_failure")),
+        "sessions_cancelled": fmt_count(sess.get("cancelled")),
+        "success_ratio": fmt_pct(sess.get("success_ratio")),
+        "session_reasons": [(o, r, fmt_count(n)) for (o, r), n in reasons.most_common(6)],
+        "good": fmt_count(sess.get("good")),
+        "goodput": fmt_value(sess.get("goodput_per_min"), "per_min"),
+        "tool_calls_planned": fmt_count(ov.get("tool_calls_planned")),
+        "tool_calls_returned": fmt_count(ov.get("tool_calls_returned", ov.get("tool_calls"))),
+        "tool_loop_failures": fmt_count(ov.get("tool_loop_failures")),
+    }
+
+
+def tool_rows(summary: Mapping[str, Any]) -> list[list[str]]:
+    """Per class and step: requests, tool calls planned / returned, tool-loop failures."""
+    rows = []
+    for cls, by_step in (summary.get("by_step") or {}).items():
+        for step in sorted(by_step, key=int):
+            v = by_step[step]
+            planned = v.get("tool_calls_planned", 0)
+            returned = v.get("tool_calls_returned", v.get("tool_calls", 0))
+            fails = v.get("tool_loop_failures", 0)
+            if not (planned or returned or fails):
+                continue
+            rows.append([cls, str(step), fmt_count(v.get("requests")), fmt_count(planned),
+                         fmt_count(returned), fmt_count(fails)])  # fmt: skip
+    return rows
+
+
+def tool_failure_examples(requests: Iterable[Mapping[str, Any]], n: int = 8) -> list[list[str]]:
+    """The first tool-loop failures: request id, class #step, planned tool, returned, what was wrong."""
+    out = []
+    for r in sorted(requests, key=lambda d: d.get("t_start") or 0.0):
+        why = r.get("tool_loop_failure")
+        if not why and r.get("error_kind") != "tool_loop":
+            continue
+        returned = ", ".join(
+            str(c.get("name")) for c in r.get("tool_calls") or [] if isinstance(c, dict)
+        )
+        detail = r.get("error_detail") or ""
+        wrong = str(why or r.get("error_kind"))
+        if detail and detail not in wrong:
+            wrong += f" ({detail[:160]})"
+        bad = [
+            c
+            for c in r.get("tool_calls") or []
+            if isinstance(c, dict) and not c.get("arguments_valid", True)
+        ]
+        if bad:  # show what the server sent, cut short
+            wrong += f"; arguments: {str(bad[0].get('arguments') or '')[:80]!r}"
+        out.append([str(r.get("request_id") or "-"), f"{r.get('user_class')} #{r.get('step')}",
+                    str(r.get("planned_tool") or "-"), returned or "none", wrong])  # fmt: skip
+        if len(out) >= n:
+            break
+    return out
+
+
+# Idle gap before a step: how long the session's prefix sat in the server's cache unused.
+IDLE_BUCKETS = (0.0, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+
+
+def idle_gaps(requests: Iterable[Mapping[str, Any]]) -> list[tuple[float, Mapping[str, Any]]]:
+    """(seconds since the previous request of the same session ended, row) for every request
+    after a session's first. A request's end is t_start + e2e_ms (t_start when e2e is absent)."""
+    by_session: dict[str, list[Mapping[str, Any]]] = {}
+    for r in requests:
+        if r.get("session_id") and isinstance(r.get("t_start"), (int, float)) and r["t_start"]:
+            by_session.setdefault(str(r["session_id"]), []).append(r)
+    out = []
+    for rows in by_session.values():
+        rows.sort(key=lambda d: (d["t_start"], d.get("step") or 0, d.get("attempt") or 0))
+        prev_end = None
+        for r in rows:
+            if prev_end is not None:
+                out.append((max(0.0, r["t_start"] - prev_end), r))
+            prev_end = r["t_start"] + (r.get("e2e_ms") or 0.0) / 1000.0
+    return out
+
+
+def bucket_label(i: int) -> str:
+    lo = IDLE_BUCKETS[i]
+    if i + 1 < len(IDLE_BUCKETS):
+        return f"{lo:g}–{IDLE_BUCKETS[i + 1]:g} s"
+    return f"≥ {lo:g} s"
+
+
+def idle_gap_table(requests: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per idle-gap bucket (non-empty only): requests, cached ratio, TTFT p50 / p95 (ok requests)."""
+    acc: dict[int, dict[str, Any]] = {}
+    for gap, r in idle_gaps(requests):
+        i = max(j for j, lo in enumerate(IDLE_BUCKETS) if gap >= lo)
+        a = acc.setdefault(i, {"n": 0, "cached": 0, "prompt": 0, "ttft": []})
+        a["n"] += 1
+        if r.get("cached_tokens") is not None:
+            a["cached"] += r["cached_tokens"] or 0
+            a["prompt"] += r.get("prompt_tokens") or 0
+        if r.get("status") == "ok" and isinstance(r.get("ttft_ms"), (int, float)):
+            a["ttft"].append(float(r["ttft_ms"]))
+    out = []
+    for i in sorted(acc):
+        a = acc[i]
+        t = sorted(a["ttft"])
+        out.append({
+            "bucket": bucket_label(i),
+            "requests": a["n"],
+            "cached_ratio": a["cached"] / a["prompt"] if a["prompt"] else None,
+            "ttft_p50_ms": _pct(t, 50),
+            "ttft_p95_ms": _pct(t, 95),
+        })  # fmt: skip
+    return out
+
+
+def _pct(sorted_vals: list[float], p: float) -> float | None:
+    if not sorted_vals:
+        return None
+    return sorted_vals[min(len(sorted_vals) - 1, max(0, math.ceil(p / 100 * len(sorted_vals)) - 1))]
+
+
+# Fingerprint groups: first match on the field name wins; the rest is "other".
+FP_GROUPS = (
+    ("runner", ("model_runner", "vllm_use_v2_model_runner", "attention_backend", "fallback_warnings",
+                "cuda_graph", "estimated_cuda_graph", "weights_memory", "compilation")),
+    ("parallelism", ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                     "expert_parallel", "kv_engines")),
+    ("KV cache", ("kv_", "prefix_caching", "gpu_memory_utilization", "cache_config",
+                  "num_gpu_blocks", "block_size", "max_concurrency", "mamba")),
+    ("server", ("server_version", "version", "model", "served_models", "max_model_len",
+                "system_fingerprint", "architecture", "quantization", "vllm_env")),
+)  # fmt: skip
+_GROUP_ORDER = ("server", "KV cache", "runner", "parallelism", "labels", "other")
+
+
+def _is_unknown(v: Any) -> bool:
+    return v is None or v == "unknown" or v == [] or v == {}
+
+
+def fingerprint_groups(run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Fingerprint and labels by group: [{name, rows [(field, value, source)], unknown [fields]}]."""
+    groups: dict[str, dict[str, Any]] = {
+        name: {"name": name, "rows": [], "unknown": []} for name in _GROUP_ORDER
+    }
+    fp = {k: v for k, v in (run.get("fingerprint") or {}).items() if not str(k).startswith("_")}
+    for key, (v, src) in sorted(flatten_fingerprint(fp).items()):
+        if key.startswith("label."):
+            name = "labels"
+            key = key[len("label.") :]
+        else:
+            name = next((g for g, pre in FP_GROUPS if key.startswith(pre)), "other")
+        _put(groups[name], key, v, src)
+    for key, (v, src) in sorted(flatten_fingerprint(run.get("labels") or {}).items()):
+        if not any(r[0] == key for r in groups["labels"]["rows"]):
+            _put(groups["labels"], key, v, src or "label")
+    return [g for g in groups.values() if g["rows"] or g["unknown"]]
+
+
+def _put(group: dict[str, Any], key: str, v: Any, src: Any) -> None:
+    if _is_unknown(v):
+        group["unknown"].append(key)
+    else:
+        text = ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+        group["rows"].append((key, text, "" if src is None else str(src)))
