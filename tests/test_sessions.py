@@ -443,3 +443,22 @@ def test_planned_tool_travels_to_the_request():
     planned = [st.planned_tool for st, _ in steps]
     assert any(planned)  # the agent class plans tool calls
     assert all(st.request.planned_tool == st.planned_tool for st, _ in steps)
+
+
+def test_a_retry_waits_as_the_server_asked():
+    """Retry-After on a 503 becomes the wait before the re-send (same body, next attempt)."""
+    from dataclasses import replace as _replace
+
+    from workload.measure.records import RequestRecord
+
+    prof = validate_profile({"classes": {"c": {"steps": 2, "retries": 2}}})
+    session = SessionPlanner(
+        prof, get_tokenizer("tiktoken:cl100k_base"), model="m", max_model_len=None
+    ).new_session("c", 0, 0)
+    first = session.next_step()
+    failed = RequestRecord(status="error", error_kind="http_status", http_status=503)
+    session.observe(_replace(failed, retry_after_s=7.0))
+    again = session.next_step()
+    assert again is first and again.attempt == 1 and again.think_s == 7.0
+    session.observe(_replace(failed, retry_after_s=None))
+    assert session.next_step().think_s == 2.0  # backoff 1 s, 2 s, ... without the header

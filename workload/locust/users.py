@@ -131,3 +131,4 @@ def _account(srec: SessionRecord, rec: RequestRecord) -> None:
     srec.completion_tokens += rec.completion_tokens or 0
     srec.cached_tokens += rec.cached_tokens or 0
     srec.tool_calls += len(rec.tool_calls)
+    srec.tool_calls_planned += int(bool(rec.planned_tool) and rec.status == STATUS_OK)

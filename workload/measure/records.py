@@ -131,7 +131,8 @@ class SessionRecord:
     cached_tokens: int = 0
     requests: int = 0
     errors: int = 0
-    tool_calls: int = 0
+    tool_calls: int = 0  # returned by the server
+    tool_calls_planned: int = 0  # steps the plan has end in a tool call, answered ok
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from workload.measure.retry import next_delay_s
 from workload.measure.records import STATUS_CANCELLED, RequestRecord
 from workload.measure.transport import PreparedRequest
 from workload.plan.loading import ProfileError
@@ -276,6 +277,7 @@ class Session:
         "_pending_calls",
         "_cur",
         "_retry",
+        "_retry_delay",
         "_n_call",
     )
 
@@ -308,6 +310,7 @@ class Session:
         self._pending_calls: list[tuple[str, str]] = []  # (call id, tool name) awaiting results
         self._cur: StepRequest | None = None
         self._retry = False
+        self._retry_delay = 0.0
         self._n_call = 0
 
     # ------------------------------------------------------------ planning
@@ -322,7 +325,9 @@ class Session:
             self._retry = False
             cur = self._cur
             cur.attempt += 1
-            cur.think_s = cur.tool_pause_s = 0.0
+            # The wait before a re-send: Retry-After when the server gave one, else a
+            # backoff for 429 / 503 (workload.measure.retry); the player sleeps think_s.
+            cur.think_s, cur.tool_pause_s = self._retry_delay, 0.0
             return cur
         spec = self._c.spec
         k = self.steps_done + 1
@@ -518,6 +523,7 @@ class Session:
         if not record.ok:
             if cur.attempt < self._c.spec.retries:
                 self._retry = True
+                self._retry_delay = next_delay_s(record, cur.attempt)
                 return
             kind = record.error_kind or "error"
             if cur.expects_tool_call or cur.consumes_tool_result:
