@@ -455,7 +455,8 @@ def resolve_spec(values: Mapping[str, Any], *, load_profile: Any = None) -> RunS
     from workload.plan.load_model import closed_users, is_open_loop
 
     if is_open_loop(profile) and not typed["users"]:
-        users = closed_users(profile, int(run.users))
+        # 1 at least: with no closed-loop class that user idles and keeps Locust's run up
+        users = max(1, closed_users(profile, int(run.users)))
     max_err = typed["max_error_ratio"]
     return RunSpec(
         profile=profile,
