@@ -17,6 +17,7 @@ and falls back to those the process started with.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from locust import LoadTestShape
@@ -38,18 +39,29 @@ class StagesShape(LoadTestShape):
         self.stages = stages
         self.users = users
         self.spawn_rate = spawn_rate
+        self._last_stages: Any = None
+        self._parsed = stages
 
-    def _current(self) -> tuple[LoadStages, int, float]:
+    def _current(self) -> tuple[LoadStages, int, float, float]:
+        """(stages, users, spawn rate, seconds into the stages) of the running test.
+
+        The stages start at the run's ``arrival_t0`` (after the target was probed), the
+        instant the arrival schedules and run.json's stage boundaries use; until the test
+        has started, the clock stands at 0.
+        """
         rt = getattr(self.environment, "agentload", None)
         spec = getattr(rt, "spec", None)
         stages = getattr(getattr(getattr(spec, "profile", None), "run", None), "stages", None)
-        if spec is None or not stages:
-            return self.stages, self.users, self.spawn_rate
-        return LoadStages(list(stages)), spec.users, spec.spawn_rate
+        if spec is None or not stages or not spec.arrival_t0:
+            return self.stages, self.users, self.spawn_rate, 0.0
+        into = max(0.0, time.time() - spec.arrival_t0)
+        if stages is not self._last_stages:  # the start form may have changed the profile
+            self._last_stages, self._parsed = stages, LoadStages(list(stages))
+        return self._parsed, spec.users, spec.spawn_rate, into
 
     def tick(self) -> tuple[int, float] | None:
-        stages, users, spawn_rate = self._current()
-        target = stages.target_at(max(0.0, self.get_run_time()))
+        stages, users, spawn_rate, into = self._current()
+        target = stages.target_at(into)
         if target is None:
             return None
         if target.users is not None:
