@@ -32,7 +32,7 @@ log = logging.getLogger("agentload")
 
 # Workers receive the spawn message a moment after the master's test start: the
 # schedule begins this long after it, so worker 1 is not late for session 1.
-DISTRIBUTED_LEAD_S = 1.0
+DISTRIBUTED_LEAD_S = 3.0
 
 
 @dataclass(frozen=True, slots=True)
