@@ -201,7 +201,13 @@ def test_arrival_options_apply_to_run_arrival():
          "at_cap": "drop"}
     )  # fmt: skip
     a = s.profile.run.arrival
-    assert (a.process, a.rate_per_s, a.cv, a.max_in_flight, a.at_cap) == ("gamma", 0.5, 2, 8, "drop")
+    assert (a.process, a.rate_per_s, a.cv, a.max_in_flight, a.at_cap) == (
+        "gamma",
+        0.5,
+        2,
+        8,
+        "drop",
+    )
     assert s.users == 2  # mixed's two fixed_count background jobs stay closed-loop users
     assert json.loads(s.to_json())["profile"]["run"]["arrival"]["rate_per_s"] == 0.5
 

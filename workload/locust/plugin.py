@@ -11,9 +11,8 @@ from typing import Any
 import gevent
 
 from workload.errors import EXIT_BAD_INPUT, AgentloadError
-from workload.locust import arrivals
+from workload.locust import arrivals, webui
 from workload.locust import options as options_mod
-from workload.locust import webui
 from workload.locust.runtime import MSG_USER_DONE, AgentRuntime
 from workload.measure import artifacts
 

@@ -92,5 +92,7 @@ class ClassPicker:
         if self.only is not None:
             return self.only
         if k >= len(self._picks):
-            self._picks = pick_classes(self.seed, max(k + 1, 2 * len(self._picks), 1024), self.weights)
+            self._picks = pick_classes(
+                self.seed, max(k + 1, 2 * len(self._picks), 1024), self.weights
+            )
         return self._picks[k]

@@ -397,9 +397,7 @@ class Profile(_M):
                     "sessions; set one of the two"
                 )
             if not any(c.fixed_count is None for c in self.classes.values()):
-                out.append(
-                    "run.arrival: no weighted class to start (every class has fixed_count)"
-                )
+                out.append("run.arrival: no weighted class to start (every class has fixed_count)")
         for n in open_classes:
             if self.classes[n].fixed_count is not None:
                 out.append(

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
-from workload.plan.arrivals import ArrivalSpec
 from workload.plan import dist
+from workload.plan.arrivals import ArrivalSpec
 from workload.plan.dist import Dist
 from workload.plan.profile import (
     SLO,
