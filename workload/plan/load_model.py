@@ -37,7 +37,9 @@ def run_stream_spec(profile: Any) -> ArrivalSpec | None:
     if stages and stages[0].dimension == "arrival_rate":
         peak = max(s.level for s in stages)
         # the rate curve comes from the stages; rate_per_s only has to be a valid number
-        return ArrivalSpec(process="poisson", rate_per_s=peak if peak > 0 else 1.0)
+        return ArrivalSpec.model_validate(
+            {"process": "poisson", "rate_per_s": peak if peak > 0 else 1.0}
+        )
     return None
 
 
