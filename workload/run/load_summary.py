@@ -53,7 +53,8 @@ def arrival_summary(
     for d in dropped:
         sched.append(float(d["t_scheduled"]))
         actual.append(None)
-        reasons[str(d.get("reason") or "dropped")] = reasons.get(str(d.get("reason")), 0) + 1
+        why = str(d.get("reason") or "dropped")
+        reasons[why] = reasons.get(why, 0) + 1
     if not sched:
         return None
     late = lateness_summary(sched, actual, tolerance_s)
@@ -100,7 +101,6 @@ def stage_summary(
                 "_actual": [],
             }
         )
-    starts = [r["t_start"] for r in rows]
 
     def stage_of(t: float) -> dict[str, Any] | None:
         for r in reversed(rows):
@@ -153,7 +153,6 @@ def stage_summary(
             lateness=late,
         )
         out.append(row)
-    del starts
     return out
 
 
