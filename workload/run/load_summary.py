@@ -25,8 +25,9 @@ from workload.measure.slo import request_meets_slo, request_thresholds
 from workload.plan.arrivals import lateness_summary
 
 # A session that starts more than this after its schedule counts as delayed; a p99 above
-# it means the generator fell behind (gevent wakes within a few ms on an idle machine).
-LATENESS_TOLERANCE_S = 0.1
+# it means the generator fell behind (gevent wakes within ms on an idle machine; a busy
+# one adds tens of ms, which must not cry wolf).
+LATENESS_TOLERANCE_S = 0.25
 
 
 def _rows(out: Path, kind: str) -> list[dict[str, Any]]:
