@@ -282,3 +282,43 @@ def test_stage_summary_splits_requests_and_sessions_by_window():
     assert rows[0]["goodput_ratio"] == 1.0 and rows[1]["goodput_ratio"] == 0.0
     assert rows[1]["ttft_p95_ms"] == 900.0 and rows[0]["lateness"] is None
     assert rows[1]["lateness"]["max_s"] == pytest.approx(0.2)
+
+
+# ---------------------------------------------------------------- the stages shape
+
+
+def test_stages_shape_ticks_from_the_runs_t0():
+    import time
+    from types import SimpleNamespace
+
+    from workload.locust.shapes import StagesShape
+    from workload.plan.stages import LoadStages
+
+    raw = [{"duration_s": 10, "users": 2}, {"duration_s": 10, "users": 6, "ramp_s": 4}]
+    stages = LoadStages(raw)
+    prof = SimpleNamespace(run=SimpleNamespace(stages=stages.stages))
+    env = SimpleNamespace(agentload=None)
+    shape = StagesShape(env, stages, users=1, spawn_rate=1.0)
+    assert shape.tick() == (2, 6.0)  # before the test started: stage 0, spawn fast enough
+    spec = SimpleNamespace(profile=prof, users=1, spawn_rate=1.0, arrival_t0=time.time() - 12)
+    env.agentload = SimpleNamespace(spec=spec)
+    users, rate = shape.tick()
+    assert users == 4 and rate == 6.0  # 2 s into the 4 s ramp from 2 to 6
+    spec.arrival_t0 = time.time() - 25
+    assert shape.tick() is None  # the stages are over: Locust stops the run
+
+
+def test_rate_stages_shape_keeps_the_closed_users_until_the_end():
+    import time
+    from types import SimpleNamespace
+
+    from workload.locust.shapes import StagesShape
+    from workload.plan.stages import LoadStages
+
+    stages = LoadStages([{"duration_s": 5, "arrival_rate": 2}])
+    prof = SimpleNamespace(run=SimpleNamespace(stages=stages.stages))
+    spec = SimpleNamespace(profile=prof, users=3, spawn_rate=3.0, arrival_t0=time.time() - 1)
+    shape = StagesShape(SimpleNamespace(agentload=SimpleNamespace(spec=spec)), stages, 3, 3.0)
+    assert shape.tick() == (3, 3.0)
+    spec.arrival_t0 = time.time() - 6
+    assert shape.tick() is None
