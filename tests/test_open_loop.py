@@ -235,6 +235,10 @@ def test_stages_set_the_run_length():
         ({"arrival": "gamma", "arrival_rate": "1"}, "needs its CV"),
         ({"arrival": "poisson"}, "needs --arrival-rate"),
         ({"max_in_flight": "0", "arrival_rate": "1"}, "at least 1"),
+        (
+            {"arrival_rate": "1", "sets": ['run.stages=[{"duration_s":5,"arrival_rate":2}]']},
+            "conflicts with the profile's arrival_rate stages",
+        ),
     ],
 )
 def test_bad_arrival_options_are_one_line_usage_errors(values, needle):

@@ -517,6 +517,12 @@ def _apply_arrival(profile: Any, typed: Mapping[str, Any]) -> Any:
     from workload.plan.load_model import run_stream_spec
     from workload.plan.loading import validate_profile
 
+    stages = profile.run.stages
+    if rate is not None and stages and stages[0].dimension == "arrival_rate":
+        raise UsageError(
+            "--arrival-rate conflicts with the profile's arrival_rate stages (run.stages set "
+            "the rate over time); drop one of them"
+        )
     base = run_stream_spec(profile)
     if base is None:
         class_specs = [c.arrival for c in profile.classes.values() if c.arrival is not None]
