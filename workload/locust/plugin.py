@@ -11,8 +11,8 @@ from typing import Any
 import gevent
 
 from workload.errors import EXIT_BAD_INPUT, AgentloadError
+from workload.locust import arrivals, webui
 from workload.locust import options as options_mod
-from workload.locust import webui
 from workload.locust.runtime import MSG_USER_DONE, AgentRuntime
 from workload.measure import artifacts
 
@@ -59,6 +59,10 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         environment.runner.register_message(MSG_USER_DONE, _on_user_done)
     if environment.web_ui is not None:
         webui.install(environment)
+    if role != "worker":
+        from workload.locust.shapes import install_shape
+
+        install_shape(environment)
 
 
 def _on_user_done(environment: Any, msg: Any, **_kw: Any) -> None:
@@ -87,6 +91,8 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
     environment.agentload = rt
     try:
         rt.prepare()
+        if role != "worker":
+            arrivals.stamp_t0(rt)
         if role == "master":
             # Workers receive the master's parsed options with each spawn message:
             # the spec (with the discovered model and max_model_len) is the one value we send.
@@ -101,6 +107,7 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
             )
             if getattr(opts, "headless", False) and rt.spec.progress_interval > 0:
                 rt.progress = gevent.spawn(_progress_loop, rt)
+        rt.open_loop = arrivals.start_open_loop(rt)
     except AgentloadError as e:
         _fail_setup(environment, str(e))
 
@@ -169,6 +176,9 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
     prog = getattr(rt, "progress", None)
     if prog is not None:
         prog.kill(block=False)
+    if rt.open_loop is not None:
+        rt.open_loop.stop()  # before the writers close: cancelled sessions record themselves
+        rt.open_loop = None
     if rt.role == "worker":
         if rt.writer is not None:
             rt.writer.close()

@@ -73,6 +73,7 @@ class AgentRuntime:
         self.target: dict[str, Any] = {}
         self.class_table: list[tuple[str, float, int | None]] = []
         self.progress: Any = None  # headless progress-line greenlet
+        self.open_loop: Any = None  # workload.locust.arrivals.OpenLoop on local / worker
         self.finalized = False
         self.exit_code = 0
 
@@ -149,9 +150,9 @@ class AgentRuntime:
         self.slos = self.spec.slos()
         self.total = Aggregate(self.slos)
         self.delta = Aggregate(self.slos)
-        self.class_table = [
-            (name, float(c.weight or 0), c.fixed_count) for name, c in spec.profile.classes.items()
-        ]
+        from workload.plan.load_model import closed_classes
+
+        self.class_table = closed_classes(spec.profile)  # open-loop classes start by schedule
         self.client = Client(
             host,
             api_key=api_key,

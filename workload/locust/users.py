@@ -65,7 +65,10 @@ class AgentUser(User):
         if rt is None or rt.planner is None:
             return  # setup failed (bad start-form input): the runner is stopping this test
         self.user_index = rt.next_user_index()
-        self.traffic_class = assign_class(rt.class_table, self.user_index)
+        # An open-loop-only profile has no closed-loop class: this user only keeps the run up.
+        self.traffic_class = (
+            assign_class(rt.class_table, self.user_index) if rt.class_table else None
+        )
         self.session_index = 0
 
     @task
@@ -73,6 +76,9 @@ class AgentUser(User):
         rt = self.runtime
         if rt is None or rt.planner is None:
             raise StopUser()
+        if self.traffic_class is None:
+            gevent.sleep(1.0)  # sessions start by their arrival schedule (workload.locust.arrivals)
+            return
         limit = rt.spec.sessions_per_user
         if limit and self.session_index >= limit:
             rt.user_done()
@@ -82,8 +88,11 @@ class AgentUser(User):
         play(rt, session)
 
 
-def play(rt: Any, session: Any) -> SessionRecord:
-    """Drive one session to its end; record every attempt and the session."""
+def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
+    """Drive one session to its end; record every attempt and the session.
+
+    ``arrival`` (open loop: a ``workload.locust.arrivals.Arrival``) adds its scheduled start.
+    """
     srec = SessionRecord(
         run_id=rt.run_id,
         worker=rt.worker_name,
@@ -92,6 +101,10 @@ def play(rt: Any, session: Any) -> SessionRecord:
         t_start=time.time(),
         steps_planned=session.steps_planned,
     )
+    if arrival is not None:
+        srec.t_scheduled = arrival.t_scheduled
+        srec.arrival_index = arrival.k
+        srec.arrival_stream = arrival.stream
     t0 = time.perf_counter_ns()
     try:
         while (step := session.next_step()) is not None:

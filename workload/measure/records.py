@@ -133,6 +133,12 @@ class SessionRecord:
     errors: int = 0
     tool_calls: int = 0  # returned by the server
     tool_calls_planned: int = 0  # steps the plan has end in a tool call, answered ok
+    # Open loop: when the arrival schedule said this session starts (epoch s), and its index k
+    # in its arrival stream's global schedule; None for closed-loop sessions (a user's next).
+    # Start lateness = t_start - t_scheduled.
+    t_scheduled: float | None = None
+    arrival_index: int | None = None
+    arrival_stream: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

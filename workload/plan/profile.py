@@ -35,7 +35,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workload.plan.arrivals import ArrivalSpec
 from workload.plan.dist import Dist, constant
+from workload.plan.stages import StageList
 
 SCHEMA_VERSION = 1
 
@@ -281,6 +283,20 @@ class RunDefaults(_M):
         None, gt=0, description="Users started per second (default: all within one second)."
     )
     duration_s: float = Field(60.0, gt=0, le=MAX_SECONDS, description="Run length (s).")
+    arrival: ArrivalSpec | None = Field(
+        None,
+        description=(
+            "Open loop for the whole profile: sessions start by this arrival process, each of a "
+            "weighted class picked by weight (fixed_count classes stay closed-loop users)."
+        ),
+    )
+    stages: StageList | None = Field(
+        None,
+        description=(
+            "Load stages played in order (duration_s + users, or duration_s + arrival_rate; "
+            "optional ramp_s); their total is the run length."
+        ),
+    )
 
 
 class TrafficClass(_M):
@@ -344,6 +360,13 @@ class TrafficClass(_M):
     )
     slo: SLO = Field(
         default_factory=_defaults(SLO), description="Service-level objectives for this class."
+    )
+    arrival: ArrivalSpec | None = Field(
+        None,
+        description=(
+            "Open loop: sessions of this class start by this arrival process, whatever the "
+            "server's speed (steps inside a session stay closed-loop); unset = closed-loop users."
+        ),
     )
 
     @field_validator("tools", mode="before")
@@ -427,6 +450,36 @@ class Profile(_M):
                 out.append(f"classes.{cname}.steps: must be a whole number of steps")
         for tname, tool in self.tools.items():
             out += _floor_problems(f"tools.{tname}", tool, TOOL_DIST_FLOORS)
+        out.extend(self._check_load_model())
+        return out
+
+    def _check_load_model(self) -> list[str]:
+        """Open-loop arrivals and stages that cannot be played together."""
+        out: list[str] = []
+        open_classes = [n for n, c in self.classes.items() if c.arrival is not None]
+        if self.run.arrival is not None:
+            for n in open_classes:
+                out.append(
+                    f"classes.{n}.arrival: run.arrival already starts every weighted class's "
+                    "sessions; set one of the two"
+                )
+            if not any(c.fixed_count is None for c in self.classes.values()):
+                out.append("run.arrival: no weighted class to start (every class has fixed_count)")
+        for n in open_classes:
+            if self.classes[n].fixed_count is not None:
+                out.append(
+                    f"classes.{n}.arrival: an open-loop class has no fixed_count "
+                    "(its rate sets how many sessions run)"
+                )
+        stages = self.run.stages
+        if stages and stages[0].dimension == "arrival_rate":
+            if open_classes:
+                out.append(
+                    f"run.stages: arrival_rate stages drive the run-level stream; use run.arrival "
+                    f"(process, cap) instead of classes.{open_classes[0]}.arrival"
+                )
+            elif not any(c.fixed_count is None for c in self.classes.values()):
+                out.append("run.stages: arrival_rate stages need a weighted class to start")
         return out
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
 from workload.plan import dist
+from workload.plan.arrivals import ArrivalSpec
 from workload.plan.dist import Dist
 from workload.plan.profile import (
     SLO,
@@ -24,6 +25,7 @@ from workload.plan.profile import (
     TrafficClass,
 )
 from workload.plan.profile_errors import unwrap
+from workload.plan.stages import Stage
 
 # The marker text is what README.md carries; it names the old home of reference_markdown.
 REF_BEGIN = (
@@ -37,6 +39,8 @@ def reference_markdown() -> str:
     sections: list[tuple[str, type[BaseModel]]] = [
         ("Profile (top level)", Profile),
         ("run", RunDefaults),
+        ("run.arrival and classes.NAME.arrival", ArrivalSpec),
+        ("run.stages[]", Stage),
         ("compare", CompareThresholds),
         ("tools.NAME", ToolSpec),
         ("classes.NAME", TrafficClass),
@@ -93,6 +97,10 @@ def _type_name(t: Any) -> str:
         rest = [a for a in args if a is not type(None)]
         inner = _type_name(rest[0]) if len(rest) == 1 else " or ".join(_type_name(a) for a in rest)
         return f"{inner} or null"
+    if get_origin(t) is Annotated:
+        return _type_name(args[0])
+    if get_origin(t) is list:
+        return f"list of {_type_name(args[0])}s" if args else "list"
     if get_origin(t) is dict:
         if args and isinstance(args[1], type) and issubclass(args[1], BaseModel):
             return "mapping: name → entry"

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from workload.measure.retry import next_delay_s
 from workload.measure.records import STATUS_CANCELLED, RequestRecord
+from workload.measure.retry import next_delay_s
 from workload.measure.transport import PreparedRequest
 from workload.plan.loading import ProfileError
 from workload.plan.payloads import PATHS, BodyOptions, build_body

@@ -156,6 +156,9 @@ def run_charts(runs: list[tuple[str, RunData, dict]], classes: list[str]) -> lis
                 "Output throughput over time" + suffix, s_tp, "seconds since start", "tokens/s"
             )
         )
+        if not compare:
+            for chart, ser in ((out[-2], s_ttft), (out[-1], s_tp)):
+                mark_stages(chart, ser, stage_offsets(runs[0][2], ts[runs[0][0]].get("t0")))
         out.append(
             line_chart(
                 "TTFT by session step" + suffix,
@@ -403,3 +406,55 @@ def _ticks(hi: float) -> list[float]:
     from workload.report.charts import _nice_ticks
 
     return _nice_ticks(0.0, hi if hi > 0 else 1.0)
+
+
+# ---------------------------------------------------------------- load stages (issue 11)
+
+STAGE_COLOR = "#888888"
+
+
+def stage_offsets(summary: dict, series_t0: float | None) -> list[tuple[float, str]]:
+    """Each stage's start as (seconds on the time-series axis, label), from run.json's
+    ``summary.stages`` (wall-clock ``t_start``); the axis counts from the first request."""
+    rows = summary.get("stages") if isinstance(summary, dict) else None
+    if not rows or not series_t0:
+        return []
+    out = []
+    for r in rows:
+        level = r.get("users", r.get("arrival_rate"))
+        unit = " users" if "users" in r else "/s"
+        out.append((float(r["t_start"]) - series_t0, f"stage {r['index']}: {level:g}{unit}"))
+    return out
+
+
+def mark_stages(chart: Chart, series: list[Series], offsets: list[tuple[float, str]]) -> None:
+    """Draw a dashed vertical line at each stage boundary of a time-series line chart.
+
+    Scales x exactly as ``line_chart`` did (its ticks from the series' x range) and adds
+    each boundary as one more dashed path (hover shows the stage), plus one legend entry.
+    """
+    from workload.report.charts import _nice_ticks
+
+    xs = [x for s in series for x, y in s.points if y is not None and math.isfinite(y)]
+    if chart.empty or not xs or not offsets:
+        return
+    x0, x1 = min(xs), max(xs)
+    xt = _nice_ticks(x0, x1 if x1 > x0 else x0 + 1)
+    left, top, right, bottom = chart.plot
+    drawn = 0
+    for x, label in offsets:
+        if not xt[0] <= x <= xt[-1]:
+            continue
+        px = left + (x - xt[0]) / (xt[-1] - xt[0]) * (right - left)
+        chart.paths.append(
+            {
+                "d": f"M{px:.1f},{top} L{px:.1f},{bottom}",
+                "color": STAGE_COLOR,
+                "dash": True,
+                "name": label,
+                "markers": [],
+            }
+        )
+        drawn += 1
+    if drawn:
+        chart.legend.append({"name": "stage boundary", "color": STAGE_COLOR, "dash": True})

@@ -70,6 +70,13 @@ def finalize_run(spec: Any, m: Measured) -> int:
         else None
     )
 
+    from workload.run.load_summary import load_summary
+
+    load = load_summary(spec, out, slos, spec.arrival_t0 or m.started_wall)
+    if load["arrivals"] is not None:
+        summary["arrivals"] = load["arrivals"]
+    if load["stages"] is not None:
+        summary["stages"] = load["stages"]["stages"]
     _fill_system_fingerprint(m.fingerprint, out)
     artifacts.write_json(out / "stats.json", agg.to_dict())
     (out / "junit.xml").write_text(
@@ -95,6 +102,7 @@ def finalize_run(spec: Any, m: Measured) -> int:
         "summary": summary,
         "server": scrape,
         "spec_decode_crosscheck": spec_check,
+        "stages": load["stages"],
         "slos": slos,
         "slo_results": [r.to_json() for r in slo_results],
         "exit_code": code,
@@ -109,6 +117,10 @@ def finalize_run(spec: Any, m: Measured) -> int:
     print(console_table(summary), flush=True)
     if spec_check and spec_check["draft_tokens"]["server"]:
         print(_spec_line(spec_check), flush=True)
+    from workload.run.load_summary import arrival_lines, stage_lines
+
+    for line in stage_lines(load["stages"]) + arrival_lines(load["arrivals"]):
+        print(line, flush=True)
     for r in slo_results:
         print(("  PASS " if r.passed else "  FAIL ") + r.message, flush=True)
     print(f"agentload: artifacts in {out}  (exit {code})", flush=True)

@@ -137,6 +137,30 @@ def _max_error_ratio(value: Any) -> float | None:
     return None if x < 0 else x  # negative: the profile's (Locust's old default was -1)
 
 
+def _arrival_rate(value: Any) -> float | None:
+    from workload.plan.arrivals import ArrivalError, parse_arrival_rate
+
+    text = str(value or "").strip()
+    if not text:
+        return None
+    try:
+        return parse_arrival_rate(text)
+    except ArrivalError as e:
+        raise UsageError(str(e)) from None
+
+
+def _arrival_process(value: Any) -> str:
+    from workload.plan.arrivals import ArrivalError, parse_arrival_process
+
+    text = str(value or "").strip()
+    if text:
+        try:
+            parse_arrival_process(text)
+        except ArrivalError as e:
+            raise UsageError(str(e)) from None
+    return text
+
+
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
@@ -249,6 +273,19 @@ OPTIONS: tuple[Option, ...] = (
            "seconds between progress lines in headless runs (0: off)", default="5",
            parse=lambda v: _number("--progress-interval", positive=False)(v) or 0.0,
            locust=("--progress-interval",)),
+    Option("arrival_rate", ("--arrival-rate",),
+           "open loop: start sessions at R per second (Xpm: per minute), whatever the server's "
+           "speed; overrides the profile's run.arrival",
+           metavar="R", parse=_arrival_rate, web=True),
+    Option("arrival", ("--arrival",),
+           "open-loop arrival process: poisson, constant or gamma:CV (needs a rate)",
+           metavar="PROCESS", parse=_arrival_process, web=True),
+    Option("max_in_flight", ("--max-in-flight",),
+           "open loop: most sessions running at once (the generator's cap)",
+           metavar="N", parse=_whole("--max-in-flight", 1)),
+    Option("at_cap", ("--at-cap",),
+           "open loop, at --max-in-flight: queue (start late, lateness recorded) or drop (count it)",
+           choices=("queue", "drop")),
     Option("spec", (), "(internal) the resolved run, as JSON, from agentload run or the master",
            dest="agent_spec", locust=("--agent-spec",), canary=False),
 )  # fmt: skip
@@ -348,6 +385,14 @@ class RunSpec:
     argv: str = ""
     progress_interval: float = 5.0
     locust_args: tuple[str, ...] = ()
+    # Open loop (applied to profile.run.arrival by resolve_spec; kept to show what was asked).
+    arrival_rate: float | None = None
+    arrival: str = ""
+    max_in_flight: int | None = None
+    at_cap: str = ""
+    # Wall-clock start of the arrival schedules (set by the master / local process at test
+    # start, so every worker plays the one global schedule from the same instant).
+    arrival_t0: float = 0.0
     # The raw option values this was resolved from (the start form is compared with them).
     options: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -403,8 +448,15 @@ def resolve_spec(values: Mapping[str, Any], *, load_profile: Any = None) -> RunS
         profile = load_profile(typed["profile"], list(typed["sets"]))
     except ProfileError as e:
         raise UsageError("; ".join(e.problems)) from None
+    profile = _apply_arrival(profile, typed)
     run = profile.run
     users = typed["users"] or int(run.users)
+    duration_s = typed["duration_s"] or _stages_total(run) or float(run.duration_s)
+    from workload.plan.load_model import closed_users, is_open_loop
+
+    if is_open_loop(profile) and not typed["users"]:
+        # 1 at least: with no closed-loop class that user idles and keeps Locust's run up
+        users = max(1, closed_users(profile, int(run.users)))
     max_err = typed["max_error_ratio"]
     return RunSpec(
         profile=profile,
@@ -413,7 +465,7 @@ def resolve_spec(values: Mapping[str, Any], *, load_profile: Any = None) -> RunS
         seed=int(profile.seed) if typed["seed"] is None else typed["seed"],
         users=users,
         spawn_rate=typed["spawn_rate"] or float(run.spawn_rate or users),
-        duration_s=typed["duration_s"] or float(run.duration_s),
+        duration_s=duration_s,
         workers=typed["workers"],
         host=host,
         model=typed["model"],
@@ -437,6 +489,69 @@ def resolve_spec(values: Mapping[str, Any], *, load_profile: Any = None) -> RunS
         run_id=typed["run_id"],
         argv=typed["argv"],
         progress_interval=typed["progress_interval"],
+        arrival_rate=typed["arrival_rate"],
+        arrival=typed["arrival"],
+        max_in_flight=typed["max_in_flight"],
+        at_cap=typed["at_cap"],
         locust_args=tuple(a for a in values.get("locust_args") or () if a != "--"),
         options={k: v for k, v in values.items() if k in BY_NAME and k != "spec"},
     )
+
+
+def _stages_total(run: Any) -> float | None:
+    stages = getattr(run, "stages", None)
+    return sum(s.duration_s for s in stages) if stages else None
+
+
+def _apply_arrival(profile: Any, typed: Mapping[str, Any]) -> Any:
+    """The profile with --arrival-rate/--arrival/--max-in-flight/--at-cap applied to run.arrival.
+
+    They make the whole profile open loop (class-level arrivals give way to run.arrival).
+    Raises UsageError (one line) when they cannot form an arrival process.
+    """
+    rate, process = typed.get("arrival_rate"), typed.get("arrival") or ""
+    cap, at_cap = typed.get("max_in_flight"), typed.get("at_cap") or ""
+    if rate is None and not process and cap is None and not at_cap:
+        return profile
+    from workload.plan.arrivals import ArrivalError, arrival_spec, one_line_error
+    from workload.plan.load_model import run_stream_spec
+    from workload.plan.loading import validate_profile
+
+    stages = profile.run.stages
+    if rate is not None and stages and stages[0].dimension == "arrival_rate":
+        raise UsageError(
+            "--arrival-rate conflicts with the profile's arrival_rate stages (run.stages set "
+            "the rate over time); drop one of them"
+        )
+    base = run_stream_spec(profile)
+    if base is None:
+        class_specs = [c.arrival for c in profile.classes.values() if c.arrival is not None]
+        base = class_specs[0] if len(class_specs) == 1 else None
+    if rate is None and base is None:
+        flag = "--arrival" if process else "--max-in-flight" if cap is not None else "--at-cap"
+        raise UsageError(
+            f"{flag} needs --arrival-rate R (this profile has no run.arrival to apply it to)"
+        )
+    try:
+        spec = arrival_spec(
+            rate if rate is not None else base.rate_per_s,  # type: ignore[union-attr]
+            process or (_process_text(base) if base is not None else "poisson"),
+            max_in_flight=cap if cap is not None else (base.max_in_flight if base else None),
+            at_cap=at_cap or (base.at_cap if base else "queue"),
+        )
+    except ArrivalError as e:
+        raise UsageError(f"bad open-loop options: {e}") from None
+    raw = profile.model_dump(mode="json")
+    raw["run"]["arrival"] = spec.model_dump(mode="json")
+    for c in raw["classes"].values():
+        c["arrival"] = None
+    try:
+        return validate_profile(raw, label=profile.name or "<profile>")
+    except ProfileError as e:
+        raise UsageError("; ".join(e.problems)) from None
+    except ValueError as e:
+        raise UsageError(one_line_error(e)) from None
+
+
+def _process_text(spec: Any) -> str:
+    return f"gamma:{spec.cv:g}" if spec.process == "gamma" else str(spec.process)

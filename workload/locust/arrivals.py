@@ -1,0 +1,251 @@
+"""Open-loop session arrivals inside a Locust process: start sessions on schedule.
+
+Each process that plays traffic (local, or each worker) runs one ``StreamDriver`` per
+open-loop stream of the profile (``workload.plan.load_model.streams``). A driver walks
+its share of the stream's global schedule (session k belongs to worker ``k % N``),
+sleeps until each session's start time, and starts a session greenlet, whatever the
+server's speed. The in-flight cap (``max_in_flight``, split over workers) is an
+``InFlightGate``: at the cap a due session waits in a FIFO and starts late (its lateness
+is recorded), or is dropped and written to ``dropped.jsonl``; never silently.
+
+Every open-loop session records ``t_scheduled`` (epoch s), ``arrival_index`` (k) and
+``arrival_stream`` next to its actual ``t_start`` in ``sessions.jsonl``. Schedules start
+at ``RunSpec.arrival_t0``, one instant for all workers (set by the master).
+
+The scheduling core (``StreamDriver``) takes its clock, sleep and session starter as
+arguments, so tests drive it with a fake clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workload.plan.arrivals import ArrivalSchedule, InFlightGate, share_of_cap
+from workload.plan.load_model import ClassPicker, Stream, streams
+
+log = logging.getLogger("agentload")
+
+# Workers receive the spawn message a moment after the master's test start: the
+# schedule begins this long after it, so worker 1 is not late for session 1.
+DISTRIBUTED_LEAD_S = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One session due to start: its stream, global index, class and scheduled time (epoch s)."""
+
+    stream: str
+    k: int
+    class_name: str
+    t_scheduled: float
+
+
+class StreamDriver:
+    """Plays one worker's share of one arrival stream (pure scheduling; I/O injected).
+
+    ``start(arrival, done)`` must start the session without blocking and call ``done()``
+    when it ends; ``drop(arrival, reason)`` records a session that never started.
+    """
+
+    def __init__(
+        self,
+        stream: Stream,
+        *,
+        seed: int,
+        worker: int,
+        n_workers: int,
+        t0: float,
+        start: Callable[[Arrival, Callable[[], None]], None],
+        drop: Callable[[Arrival, str], None],
+        until_s: float | None = None,
+        segments: Sequence[tuple[float, float, float, float]] | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self.stream = stream
+        self.schedule = ArrivalSchedule(stream.spec, seed, stream.name)
+        self.picker = ClassPicker(seed, stream.weights)
+        self.worker, self.n_workers = worker, n_workers
+        self.t0 = t0
+        self.until_s, self.segments = until_s, segments
+        self.gate = InFlightGate(
+            share_of_cap(stream.spec.max_in_flight, worker, n_workers), stream.spec.at_cap
+        )
+        self._start, self._drop = start, drop
+        self.clock = clock
+        self.sleep = sleep or _gevent_sleep
+        self.waiting: dict[int, Arrival] = {}
+        self.stopped = False
+        self.due = 0  # sessions whose time came
+        self.started = 0
+        self.dropped = 0
+
+    def run(self) -> None:
+        """Walk the schedule to its end (or until ``stop``)."""
+        for k, offset in self.schedule.iter_worker(
+            self.worker, self.n_workers, self.until_s, self.segments
+        ):
+            due = self.t0 + offset
+            wait = due - self.clock()
+            if wait > 0:
+                self.sleep(wait)
+            if self.stopped:
+                return
+            self.arrive(Arrival(self.stream.name, k, self.picker(k), due))
+
+    def arrive(self, a: Arrival) -> None:
+        """Session ``a`` is due: start it, queue it, or drop it (the gate decides)."""
+        self.due += 1
+        if self.gate.arrive(a.k):
+            self._launch(a)
+        elif self.gate.at_cap == "drop":
+            self.dropped += 1
+            self._drop(a, "dropped at max_in_flight")
+        else:
+            self.waiting[a.k] = a
+
+    def _launch(self, a: Arrival) -> None:
+        self.started += 1
+        self._start(a, self._finished)
+
+    def _finished(self) -> None:
+        if self.stopped:
+            return  # the run is ending: no queued session starts now
+        k = self.gate.finish()
+        if k is not None:
+            self._launch(self.waiting.pop(k))
+
+    def stop(self) -> None:
+        """End the stream: queued sessions never start; each is recorded as not started."""
+        self.stopped = True
+        for a in list(self.waiting.values()):
+            self.dropped += 1
+            self._drop(a, "still queued at max_in_flight when the run ended")
+        self.waiting.clear()
+        self.gate.queue.clear()
+
+
+def _gevent_sleep(s: float) -> None:
+    import gevent
+
+    gevent.sleep(s)
+
+
+# ---------------------------------------------------------------- the Locust side
+
+
+class OpenLoop:
+    """A process's arrival drivers, their session greenlets, and the drop log."""
+
+    def __init__(self, rt: Any) -> None:
+        import gevent.pool
+
+        self.rt = rt
+        self.sessions = gevent.pool.Group()
+        self.loops: list[Any] = []
+        self.drivers: list[StreamDriver] = []
+        self._drop_writer: Any = None
+
+    def start(self) -> None:
+        import gevent
+
+        rt, spec = self.rt, self.rt.spec
+        worker = int(rt.worker_name) if rt.role == "worker" else 0
+        n_workers = spec.workers if rt.role == "worker" else 1
+        t0 = spec.arrival_t0 or time.time()
+        segments = _rate_segments(spec.profile)
+        headless = bool(getattr(rt.env.parsed_options, "headless", False))
+        for stream in streams(spec.profile):
+            driver = StreamDriver(
+                stream,
+                seed=spec.seed,
+                worker=worker,
+                n_workers=n_workers,
+                t0=t0,
+                start=self._start_session,
+                drop=self._record_drop,
+                # A web-UI run lasts until stopped; headless ones end at the run time anyway.
+                until_s=None if segments or not headless else spec.duration_s,
+                segments=segments,
+            )
+            self.drivers.append(driver)
+            self.loops.append(gevent.spawn(driver.run))
+
+    def _start_session(self, a: Arrival, done: Callable[[], None]) -> None:
+        self.sessions.spawn(self._play, a, done)
+
+    def _play(self, a: Arrival, done: Callable[[], None]) -> None:
+        from workload.locust.users import play
+
+        rt = self.rt
+        try:
+            session = rt.planner.new_session(a.class_name, a.k, 0)
+            play(rt, session, arrival=a)
+        except Exception as e:  # noqa: BLE001 - one bad session must not end the stream
+            log.warning("agentload: open-loop session %s/%d failed: %s", a.stream, a.k, e)
+        finally:
+            done()
+
+    def _record_drop(self, a: Arrival, reason: str) -> None:
+        from workload.measure import artifacts
+
+        rt = self.rt
+        if self._drop_writer is None:
+            suffix = f"-{rt.worker_name}" if rt.role == "worker" else ""
+            self._drop_writer = artifacts.JsonlWriter(Path(rt.out_dir) / f"dropped{suffix}.jsonl")
+        self._drop_writer.write(
+            {
+                "run_id": rt.run_id,
+                "worker": rt.worker_name,
+                "arrival_stream": a.stream,
+                "arrival_index": a.k,
+                "user_class": a.class_name,
+                "t_scheduled": a.t_scheduled,
+                "reason": reason,
+            }
+        )
+
+    def stop(self) -> None:
+        """Stop the schedules, cancel sessions in flight (they record themselves), close."""
+        for d in self.drivers:
+            d.stopped = True
+        for g in self.loops:
+            g.kill(block=True, timeout=2)
+        self.sessions.kill(block=True, timeout=5)
+        for d in self.drivers:
+            d.stop()
+        if self._drop_writer is not None:
+            self._drop_writer.close()
+
+
+def _rate_segments(profile: Any) -> list[tuple[float, float, float, float]] | None:
+    from workload.plan.stages import LoadStages
+
+    stages = profile.run.stages
+    if not stages or stages[0].dimension != "arrival_rate":
+        return None
+    return LoadStages(list(stages)).rate_segments()
+
+
+def stamp_t0(rt: Any) -> None:
+    """Master / local: fix the instant the arrival schedules (and stages) start."""
+    from workload.plan.load_model import is_open_loop
+
+    if not (is_open_loop(rt.spec.profile) or rt.spec.profile.run.stages):
+        return
+    lead = DISTRIBUTED_LEAD_S if rt.role == "master" else 0.0
+    rt.spec = rt.spec.replace(arrival_t0=time.time() + lead)
+
+
+def start_open_loop(rt: Any) -> OpenLoop | None:
+    """Local / worker: start the profile's arrival streams (None for a closed-loop profile)."""
+    if rt.role == "master" or not streams(rt.spec.profile):
+        return None
+    ol = OpenLoop(rt)
+    ol.start()
+    return ol
