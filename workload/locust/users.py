@@ -131,3 +131,5 @@ def _account(srec: SessionRecord, rec: RequestRecord) -> None:
     srec.completion_tokens += rec.completion_tokens or 0
     srec.cached_tokens += rec.cached_tokens or 0
     srec.tool_calls += len(rec.tool_calls)
+    if rec.ttft_ms is not None:
+        srec.worst_ttft_ms = max(srec.worst_ttft_ms or 0.0, rec.ttft_ms)

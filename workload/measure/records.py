@@ -124,6 +124,9 @@ class SessionRecord:
     requests: int = 0
     errors: int = 0
     tool_calls: int = 0
+    # The slowest TTFT of its steps (ms), None before a first token; with ``duration_ms`` (task
+    # time: think time and tool pauses included) it feeds the session-level SLOs.
+    worst_ttft_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,11 +9,23 @@ SLOs come per traffic class as a flat dict (from the profile or ``--slo`` flags)
 Keys (``SLO_KEY_HELP``):
 
 - ``<metric>_p<NN>_ms`` / ``<metric>_mean_ms`` / ``<metric>_max_ms`` with metric in
-  ttft, itl, tpot, e2e, session_duration — an upper bound in milliseconds.
+  ttft, itl, tpot, e2e (per request), session_duration (= task_time), worst_ttft (per
+  session) — an upper bound in milliseconds.
   ``p999`` means p99.9, ``p9999`` p99.99, ``p99.5`` is accepted as written.
+  Session-level metrics: ``task_time`` is a session's wall time from its start to its end,
+  think time and tool pauses included (``SessionRecord.duration_ms``; ``session_duration``
+  is the same histogram); ``worst_ttft`` is a session's slowest step TTFT
+  (``SessionRecord.worst_ttft_ms``).
 - ``session_success_ratio``, ``cached_ratio``, ``draft_acceptance_rate``,
   ``goodput_per_min``, ``output_tokens_per_s`` — lower bounds.
+- Goodput, lower bounds: ``request_goodput_ratio`` (requests that met every request-level
+  SLO of their class / (requests - cancelled)), ``request_goodput_per_s`` (those requests
+  per second), ``session_goodput_ratio`` (good sessions / finished sessions; a session is
+  good when it completed, every request met the request-level SLOs, and its task time and
+  worst TTFT are within the session-level limits, see ``session_meets_slo``).
 - ``error_ratio``, ``tool_loop_failure_ratio`` — upper bounds.
+
+An unknown key is refused with the closest known names ("did you mean ...").
 
 A metric with no samples fails by default (the SLO could not be verified); pass
 ``missing="skip"`` or ``"pass"`` to change that.
@@ -25,6 +37,7 @@ the summary does not carry.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import xml.etree.ElementTree as ET
@@ -32,13 +45,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e", "session_duration")
+LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e", "session_duration", "task_time", "worst_ttft")
+SESSION_METRICS = ("session_duration", "task_time", "worst_ttft")  # one value per session
 SUMMARY_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 OVERALL = "*"
 
 _LATENCY_KEY = re.compile(
-    r"^(?P<metric>ttft|itl|tpot|e2e|session_duration)_(?P<stat>p[0-9]+(?:\.[0-9]+)?|mean|max)_ms$"
+    r"^(?P<metric>ttft|itl|tpot|e2e|session_duration|task_time|worst_ttft)"
+    r"_(?P<stat>p[0-9]+(?:\.[0-9]+)?|mean|max)_ms$"
 )
+# SLO metric -> the summary block (and Aggregate histogram) that holds its samples
+_HIST_OF = {"task_time": "session_duration"}
 
 # name -> (bound, unit, how to read it from a view summary)
 _SCALAR_SLOS: dict[str, tuple[str, str]] = {
@@ -49,11 +66,32 @@ _SCALAR_SLOS: dict[str, tuple[str, str]] = {
     "output_tokens_per_s": (">=", "tokens_per_s"),
     "error_ratio": ("<=", "ratio"),
     "tool_loop_failure_ratio": ("<=", "ratio"),
+    "request_goodput_ratio": (">=", "ratio"),
+    "request_goodput_per_s": (">=", "per_s"),
+    "session_goodput_ratio": (">=", "ratio"),
 }
 
-SLO_KEY_HELP = "<ttft|itl|tpot|e2e|session_duration>_<pNN|mean|max>_ms, " + ", ".join(
-    sorted(_SCALAR_SLOS)
+SLO_KEY_HELP = (
+    "<ttft|itl|tpot|e2e|session_duration|task_time|worst_ttft>_<pNN|mean|max>_ms, "
+    + ", ".join(sorted(_SCALAR_SLOS))
 )
+# Names people type, for "did you mean": every scalar key and the common latency keys.
+_KNOWN_KEYS = sorted(_SCALAR_SLOS) + [
+    f"{m}_{s}_ms" for m in LATENCY_METRICS for s in ("p50", "p95", "p99", "mean", "max")
+]
+_ALIASES = {
+    "goodput_ratio": ["request_goodput_ratio", "session_goodput_ratio"],
+    "goodput": ["request_goodput_ratio", "session_goodput_ratio", "goodput_per_min"],
+    "task_time_ms": ["task_time_p95_ms", "task_time_max_ms"],
+    "worst_ttft_ms": ["worst_ttft_p95_ms", "worst_ttft_max_ms"],
+}
+
+
+def did_you_mean(key: str) -> list[str]:
+    """Known SLO keys close to an unknown one (empty when nothing is close)."""
+    if key in _ALIASES:
+        return list(_ALIASES[key])
+    return difflib.get_close_matches(key, _KNOWN_KEYS, n=3, cutoff=0.6)
 
 
 @dataclass(slots=True)
@@ -97,6 +135,9 @@ def parse_slo_key(key: str) -> tuple[str, str | None, str, str]:
     if key in _SCALAR_SLOS:
         bound, unit = _SCALAR_SLOS[key]
         return key, None, bound, unit
+    close = did_you_mean(key)
+    if close:
+        raise ValueError(f"unknown SLO {key!r}; did you mean {' or '.join(close)}?")
     raise ValueError(f"unknown SLO {key!r}; expected one of: {SLO_KEY_HELP}")
 
 
@@ -132,6 +173,7 @@ def _observe(
     if view is None:
         return None, 0
     if stat is not None:
+        metric = _HIST_OF.get(metric, metric)
         block = view.get(f"{metric}_ms")
         if not block or not block.get("count"):
             return None, 0
@@ -156,6 +198,10 @@ def _observe(
         return sessions.get("tool_loop_failure_ratio"), int(sessions.get("finished", 0))
     if key == "goodput_per_min":
         return sessions.get("goodput_per_min"), int(sessions.get("finished", 0))
+    if key == "session_goodput_ratio":
+        return sessions.get("goodput_ratio"), int(sessions.get("finished", 0))
+    if key in ("request_goodput_ratio", "request_goodput_per_s"):
+        return view.get(key), int(view.get("requests", 0)) - int(view.get("cancelled", 0))
     if key == "cached_ratio":
         return view.get("cached_ratio"), int(view.get("cached_reported", 0))
     if key == "draft_acceptance_rate":
@@ -287,7 +333,7 @@ def request_thresholds(slo: Mapping[str, Any] | None) -> dict[str, Any]:
     limits: dict[str, Any] = {"itl": []}
     for key, threshold in (slo or {}).items():
         m = _LATENCY_KEY.match(key)
-        if not m or m.group("metric") == "session_duration":
+        if not m or m.group("metric") in SESSION_METRICS:
             continue
         metric, stat = m.group("metric"), m.group("stat")
         if stat == "mean":
@@ -329,3 +375,31 @@ def request_meets_slo(rec: Any, slo: Mapping[str, Any] | None, limits: dict | No
             if value is not None and value > limit:
                 return False
     return True
+
+
+def session_thresholds(slo: Mapping[str, Any] | None) -> dict[str, float]:
+    """Per-session limits implied by a class's session-level SLOs (see ``session_meets_slo``)."""
+    limits: dict[str, float] = {}
+    for key, threshold in (slo or {}).items():
+        m = _LATENCY_KEY.match(key)
+        if not m or m.group("metric") not in SESSION_METRICS or m.group("stat") == "mean":
+            continue
+        metric = "task_time" if m.group("metric") == "session_duration" else m.group("metric")
+        limits[metric] = max(limits.get(metric, threshold), threshold)
+    return limits
+
+
+def session_meets_slo(rec: Any, limits: Mapping[str, float]) -> bool:
+    """Whether one session met its class's session-level limits (``session_thresholds``).
+
+    Definition: its task time (``duration_ms``: start to end, think time and tool pauses
+    included) and its worst step TTFT (``worst_ttft_ms``) are each <= the most lenient
+    threshold set for that metric across its ``_pNN_ms`` / ``_max_ms`` keys. A missing value
+    cannot violate. Completion and the per-request SLOs are checked by the caller.
+    """
+    task = limits.get("task_time")
+    if task is not None and rec.duration_ms is not None and rec.duration_ms > task:
+        return False
+    worst = limits.get("worst_ttft")
+    value = getattr(rec, "worst_ttft_ms", None)
+    return not (worst is not None and value is not None and value > worst)
