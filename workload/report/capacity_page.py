@@ -17,6 +17,7 @@ from workload.report.charts import PALETTE, Series, line_chart
 from workload.report.views import fmt_ms, fmt_num, fmt_pct
 
 _TEMPLATES = Path(__file__).parent / "templates"
+KNEE, FAIL = "#000000", "#999999"  # apart from the series colours
 
 _PAGE = """<!doctype html>
 {% import "charts.html.j2" as ch %}
@@ -60,14 +61,14 @@ def capacity_charts(result: Mapping[str, Any]) -> list[Any]:
             lat.append(Series(f"{metric.upper()} {p}", pts, PALETTE[i % len(PALETTE)], p == "p50"))
             i += 1
     top = max((y for s in lat for _, y in s.points if isinstance(y, (int, float))), default=1.0)
-    lat += _knee("capacity (knee)", cap, top, "#2ca02c", True)
-    lat += _knee("first failing", first, top, "#d62728", True)
+    lat += _knee("capacity (knee)", cap, top, KNEE, True)
+    lat += _knee("first failing", first, top, FAIL, True)
     good = [
         Series("good requests/s", [(s["load"], s.get("goodput")) for s in steps], PALETTE[0]),
     ]
     gtop = max((y for _, y in good[0].points if isinstance(y, (int, float))), default=1.0)
-    good += _knee("capacity (knee)", cap, gtop, "#2ca02c", True)
-    good += _knee("first failing", first, gtop, "#d62728", True)
+    good += _knee("capacity (knee)", cap, gtop, KNEE, True)
+    good += _knee("first failing", first, gtop, FAIL, True)
     ratio = [
         Series(
             "good request share",
@@ -80,7 +81,7 @@ def capacity_charts(result: Mapping[str, Any]) -> list[Any]:
             PALETTE[1],
         ),
     ]
-    ratio += _knee("capacity (knee)", cap, 1.0, "#2ca02c", True)
+    ratio += _knee("capacity (knee)", cap, 1.0, KNEE, True)
     return [
         line_chart("Latency percentiles against load", lat, unit, "ms"),
         line_chart("Goodput against load", good, unit, "good requests / s"),
@@ -95,6 +96,17 @@ def _headline(result: Mapping[str, Any]) -> str:
         return f"Below the minimum: {fmt_num(first, '{:g}')} {unit} already fails its SLOs."
     tail = f"; {fmt_num(first, '{:g}')} {unit} fails" if first is not None else " (the maximum)"
     return f"Capacity: {fmt_num(cap, '{:g}')} {unit} meet every SLO{tail}."
+
+
+def _slo_text(slos: Mapping[str, Mapping[str, float]]) -> str:
+    from workload.measure.slo import parse_slo_key
+
+    parts = []
+    for cls, keys in slos.items():
+        for key, v in keys.items():
+            bound = parse_slo_key(key)[2].replace("<=", "≤").replace(">=", "≥")
+            parts.append(f"{'' if cls == '*' else cls + '.'}{key} {bound} {v:g}")
+    return ", ".join(parts)
 
 
 def capacity_html(result: Mapping[str, Any]) -> str:
@@ -128,7 +140,7 @@ def capacity_html(result: Mapping[str, Any]) -> str:
         dim=result.get("dimension"),
         warmup=fmt_num(result.get("warmup_s"), "{:g}"),
         window=fmt_num(result.get("step_duration_s"), "{:g}"),
-        slos=result.get("slos"),
+        slos=_slo_text(result.get("slos") or {}),
         stop=result.get("stop_reason"),
         charts=capacity_charts(result),
         header=header,
