@@ -85,6 +85,9 @@ class RequestRecord:
     # error on a step that makes or carries a tool call); None when it did not. A request can be
     # ok at the HTTP level and still fail the tool loop.
     tool_loop_failure: str | None = None
+    # Whether it met every request-level SLO of its class (goodput; ``stats.Aggregate`` judges
+    # it, ``measure.slo.request_meets_slo``); None when not judged.
+    slo_met: bool | None = None
     # Not written to requests.jsonl: in-memory only, for stats and actual history.
     itl_gaps_ms: list[float] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)
@@ -127,6 +130,9 @@ class SessionRecord:
     # The slowest TTFT of its steps (ms), None before a first token; with ``duration_ms`` (task
     # time: think time and tool pauses included) it feeds the session-level SLOs.
     worst_ttft_ms: float | None = None
+    # Whether it was a good session (completed, every request and the session-level SLOs met:
+    # goodput); None when not judged.
+    slo_met: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -252,8 +252,11 @@ class Aggregate:
             v = self.steps[(name, step)] = View()
         return v
 
-    def add_request(self, rec: RequestRecord) -> None:
-        """Count one request attempt in the overall, class and step views."""
+    def add_request(self, rec: RequestRecord) -> bool:
+        """Count one request attempt in the overall, class and step views.
+
+        Returns whether it met its class's request-level SLOs (its goodput verdict).
+        """
         limits = self._limits.get(rec.user_class)
         met = request_meets_slo(rec, None, limits) if limits else rec.status == "ok"
         self.overall.add_request(rec, met)
@@ -265,9 +268,13 @@ class Aggregate:
             self.t_last = end if self.t_last is None else max(self.t_last, end)
         if rec.session_id:
             self._session_ok[rec.session_id] = self._session_ok.get(rec.session_id, True) and met
+        return met
 
-    def add_session(self, rec: SessionRecord, good: bool | None = None) -> None:
-        """Count a finished session; ``good`` overrides the tracked per-request SLO verdict."""
+    def add_session(self, rec: SessionRecord, good: bool | None = None) -> bool:
+        """Count a finished session; ``good`` overrides the tracked per-request SLO verdict.
+
+        Returns whether the session was good (its goodput verdict).
+        """
         tracked = self._session_ok.pop(rec.session_id, True)
         if good is None:
             limits = self._session_limits.get(rec.user_class)
@@ -278,6 +285,7 @@ class Aggregate:
             )
         self.overall.add_session(rec, good)
         self._class(rec.user_class).add_session(rec, good)
+        return good
 
     def merge(self, other: Aggregate) -> None:
         """Add another aggregate's counts into this one (associative and commutative)."""
