@@ -59,9 +59,7 @@ def main() -> None:
     for i in range(1, a.repeat + 1):
         result, wall = one_search(root / f"search-{i}", a)
         caps.append(result["capacity"])
-        loads = " ".join(
-            f"{s['load']:g}{'+' if s['slo_met'] else '-'}" for s in result["steps"]
-        )
+        loads = " ".join(f"{s['load']:g}{'+' if s['slo_met'] else '-'}" for s in result["steps"])
         print(f"search {i}: capacity {result['capacity']}  first failing "
               f"{result['first_failing']}  steps [{loads}]  {wall:.0f} s")  # fmt: skip
     found = [c for c in caps if c is not None]

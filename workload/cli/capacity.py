@@ -46,22 +46,38 @@ def build_parser() -> ArgParser:
     )
     add_options(p, tuple(o for o in OPTIONS if o.name not in _NOT_HERE))
     g = p.add_argument_group("search")
-    g.add_argument("--dimension", default="users", choices=("users", "arrival_rate"),
-                   help="what to step up: concurrent users (closed loop) or session arrival "
-                        "rate in sessions/s (open loop)")
-    g.add_argument("--min", dest="min_load", type=float, default=1.0,
-                   help="lowest load tried (default 1)")
-    g.add_argument("--max", dest="max_load", type=float, default=64.0,
-                   help="highest load tried (default 64)")
-    g.add_argument("--factor", type=float, default=2.0,
-                   help="step-up factor between loads until a step fails (default 2)")
-    g.add_argument("--precision", type=float, default=None,
-                   help="stop bisecting when pass and fail loads are this close "
-                        "(default: 1 user, or 5%% of a rate)")
-    g.add_argument("--step-duration", default="30s",
-                   help="measurement window per step, after the warm-up (default 30s)")
-    g.add_argument("--warmup", default="10s",
-                   help="warm-up per step, not judged (default 10s)")
+    g.add_argument(
+        "--dimension",
+        default="users",
+        choices=("users", "arrival_rate"),
+        help="what to step up: concurrent users (closed loop) or session arrival "
+        "rate in sessions/s (open loop)",
+    )
+    g.add_argument(
+        "--min", dest="min_load", type=float, default=1.0, help="lowest load tried (default 1)"
+    )
+    g.add_argument(
+        "--max", dest="max_load", type=float, default=64.0, help="highest load tried (default 64)"
+    )
+    g.add_argument(
+        "--factor",
+        type=float,
+        default=2.0,
+        help="step-up factor between loads until a step fails (default 2)",
+    )
+    g.add_argument(
+        "--precision",
+        type=float,
+        default=None,
+        help="stop bisecting when pass and fail loads are this close "
+        "(default: 1 user, or 5%% of a rate)",
+    )
+    g.add_argument(
+        "--step-duration",
+        default="30s",
+        help="measurement window per step, after the warm-up (default 30s)",
+    )
+    g.add_argument("--warmup", default="10s", help="warm-up per step, not judged (default 10s)")
     g.add_argument("--max-steps", type=int, default=30, help="most steps run (default 30)")
     return p  # fmt: skip
 
@@ -136,7 +152,9 @@ def _search(spec, search, slos, warmup, window, need, preflight) -> int:  # type
             out=Path(spec.out),
             warmup_s=warmup,
             window_s=window,
-            start_step=lambda load, step_out: _start_step(spec, load, step_out, warmup + window + STEP_SLACK_S),
+            start_step=lambda load, step_out: _start_step(
+                spec, load, step_out, warmup + window + STEP_SLACK_S
+            ),
         )
         try:
             result = driver.search(search)

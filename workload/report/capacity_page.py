@@ -57,7 +57,10 @@ def capacity_charts(result: Mapping[str, Any]) -> list[Any]:
     i = 0
     for metric in ("ttft", "e2e"):
         for p in ("p50", "p95", "p99"):
-            pts = [(s["load"], ((s.get("percentiles") or {}).get(metric) or {}).get(p)) for s in steps]
+            # a step without the percentile leaves a gap (line_chart skips None)
+            pts: list[Any] = [
+                (s["load"], ((s.get("percentiles") or {}).get(metric) or {}).get(p)) for s in steps
+            ]
             lat.append(Series(f"{metric.upper()} {p}", pts, PALETTE[i % len(PALETTE)], p == "p50"))
             i += 1
     top = max((y for s in lat for _, y in s.points if isinstance(y, (int, float))), default=1.0)

@@ -114,7 +114,9 @@ def _samples(summary: Mapping[str, Any], cls: str, key: str) -> int | None:
     return int((block or {}).get("count") or 0)
 
 
-def judge(agg: Aggregate, slos: Mapping[str, Mapping[str, float]], window_s: float) -> WindowJudgement:
+def judge(
+    agg: Aggregate, slos: Mapping[str, Mapping[str, float]], window_s: float
+) -> WindowJudgement:
     """SLO verdicts, values, sample count and goodput of one window."""
     summary = agg.summary(window_s or None)
     results = evaluate_slos(agg, slos) if window_s else []
