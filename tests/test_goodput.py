@@ -113,3 +113,45 @@ def test_unknown_key_says_did_you_mean(key, hint):
     with pytest.raises(ValueError, match="did you mean") as e:
         parse_slo_key(key)
     assert hint in str(e.value)
+
+
+def _judge_rows(run_dir, limit_ms: float) -> None:
+    """Give a synthetic run's rows their goodput verdict, as the runtime records it."""
+    import orjson
+
+    from workload.measure.artifacts import iter_jsonl
+
+    good: dict[str, bool] = {}
+    rows = list(iter_jsonl(run_dir / "requests.jsonl"))
+    for r in rows:
+        r["slo_met"] = r["status"] == "ok" and (r.get("ttft_ms") or 0.0) <= limit_ms
+        good[r["session_id"]] = good.get(r["session_id"], True) and r["slo_met"]
+    (run_dir / "requests.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    sessions = list(iter_jsonl(run_dir / "sessions.jsonl"))
+    for s in sessions:
+        s["slo_met"] = s["outcome"] == "completed" and good.get(s["session_id"], True)
+    (run_dir / "sessions.jsonl").write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in sessions))
+
+
+def test_goodput_is_a_compare_metric(tmp_path):
+    from tests.builders import ClassSpec, write_run
+    from workload.analyze.catalogue import METRICS, VERDICT_NODATA, VERDICT_WORSE
+    from workload.analyze.verdict import compare_runs
+
+    assert {"request_goodput_ratio", "session_goodput_ratio"} <= set(METRICS)
+    classes = {"chat": ClassSpec(sessions=150, steps=4)}
+    a = write_run(tmp_path / "a", classes=classes, noise_seed=1)
+    b = write_run(tmp_path / "b", run_id="run-b", classes=classes, noise_seed=2, ttft_scale=2.0)
+    old = compare_runs(a, b)  # rows from before goodput carry no verdict
+    row = next(
+        m for m in old.metrics if m.scope == "overall" and m.metric == "request_goodput_ratio"
+    )
+    assert row.verdict == VERDICT_NODATA
+    limit = 1.5 * ClassSpec().ttft_ms
+    _judge_rows(a, limit)
+    _judge_rows(b, limit)
+    cmp = compare_runs(a, b, {"request_goodput_ratio": 2, "session_goodput_ratio": 2})
+    for metric in ("request_goodput_ratio", "session_goodput_ratio"):
+        row = next(m for m in cmp.metrics if m.scope == "overall" and m.metric == metric)
+        assert row.b < row.a and row.verdict == VERDICT_WORSE, metric
+    assert cmp.exit_code == 3
