@@ -130,3 +130,16 @@ def test_capacity_json_shape_is_documented(tmp_path: Path) -> None:
     assert result["capacity"] is None and result["first_failing"] == 2
     json.dumps(result)
     assert set(result) >= {"dimension", "capacity", "first_failing", "steps"}
+
+
+def test_errors_above_the_run_limit_fail_the_window(tmp_path: Path) -> None:
+    _write_step(tmp_path, ttft_ms=100.0)
+    w = JsonlWriter(tmp_path / "requests.jsonl")
+    for i in range(8):  # load shed with 503s: the served requests stay fast
+        w.write(req(session_id=f"x{i}", t_start=1_003.0 + i * 0.1, status="error",
+                    error_kind="http_status", ttft_ms=None).to_json())  # fmt: skip
+    w.close()
+    agg, window, _ = window_aggregate(tmp_path, SLOS, warmup_s=2.0)
+    assert judge(agg, SLOS, window).slo_met
+    j = judge(agg, SLOS, window, max_error_ratio=0.05)
+    assert not j.slo_met and j.extra["error_ratio"] == pytest.approx(8 / 40)

@@ -152,6 +152,7 @@ def _search(spec, search, slos, warmup, window, need, preflight) -> int:  # type
             out=Path(spec.out),
             warmup_s=warmup,
             window_s=window,
+            max_error_ratio=spec.max_error_ratio,
             start_step=lambda load, step_out: _start_step(
                 spec, load, step_out, warmup + window + STEP_SLACK_S
             ),

@@ -13,7 +13,8 @@ from each request's mean gap, repeated once per gap (means exact, percentiles ap
 
 Output (``write_outputs``): ``capacity.json`` (``CapacityResult.to_dict()`` plus, per step,
 ``out``, ``window_s``, ``early_stop``, ``request_goodput_ratio``, ``session_goodput_ratio``,
-``session_goodput_per_min``, ``percentiles`` and ``slo_results``; ``goodput`` is the good
+``session_goodput_per_min``, ``error_ratio``, ``percentiles`` and ``slo_results``; a step
+whose error ratio is above the run's ``max_error_ratio`` fails as well; ``goodput`` is the good
 requests per second of the window), ``capacity.html`` and the console table.
 """
 
@@ -115,9 +116,16 @@ def _samples(summary: Mapping[str, Any], cls: str, key: str) -> int | None:
 
 
 def judge(
-    agg: Aggregate, slos: Mapping[str, Mapping[str, float]], window_s: float
+    agg: Aggregate,
+    slos: Mapping[str, Mapping[str, float]],
+    window_s: float,
+    max_error_ratio: float | None = None,
 ) -> WindowJudgement:
-    """SLO verdicts, values, sample count and goodput of one window."""
+    """SLO verdicts, values, sample count and goodput of one window.
+
+    Above ``max_error_ratio`` (the run's own limit) a window fails too: a server that sheds
+    load with errors keeps the latency of the requests it does serve low.
+    """
     summary = agg.summary(window_s or None)
     results = evaluate_slos(agg, slos) if window_s else []
     values = {_label(r.class_name, r.metric): r.observed for r in results}
@@ -145,7 +153,12 @@ def judge(
         },
         "slo_results": [r.to_json() for r in results],
     }
-    met = bool(results) and all(r.passed for r in results)
+    errors = ov.get("error_ratio")
+    extra["error_ratio"] = errors
+    too_many_errors = (
+        max_error_ratio is not None and errors is not None and errors > max_error_ratio
+    )
+    met = bool(results) and all(r.passed for r in results) and not too_many_errors
     return WindowJudgement(met, values, samples, extra, broken)
 
 
@@ -159,6 +172,7 @@ class CapacityDriver:
     window_s: float
     start_step: Callable[[float, Path], subprocess.Popen]
     log: Callable[[str], None] = print
+    max_error_ratio: float | None = None  # a window above it fails (the run's --max-error-ratio)
     steps_extra: list[dict[str, Any]] = field(default_factory=list)
 
     def measure(self, load: float) -> StepResult:
@@ -172,7 +186,11 @@ class CapacityDriver:
         if code not in (0, 1, 3) and not stopped:
             raise RuntimeError(f"the step at load {load:g} failed (exit {code}); see {step_out}")
         agg, window, _ = window_aggregate(step_out, self.slos, self.warmup_s, self.window_s)
-        j = judge(agg, self.slos, window)
+        j = judge(agg, self.slos, window, self.max_error_ratio)
+        errors, limit = j.extra["error_ratio"], self.max_error_ratio
+        if errors is not None and limit is not None and errors > limit:
+            self.log(f"agentload capacity: step {n}: error ratio {errors:.3f} is above "
+                     f"--max-error-ratio {limit:g}")  # fmt: skip
         if early:
             j.slo_met = False  # stopped because it was already far past an SLO
         for r in j.extra["slo_results"]:
