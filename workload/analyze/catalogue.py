@@ -47,6 +47,9 @@ def _metric_defs() -> dict[str, MetricDef]:
         ("session_success_ratio", False),
         ("cached_ratio", False),
         ("spec_acceptance_rate", False),
+        # goodput: rows judged against the run's SLOs when recorded (``slo_met``)
+        ("request_goodput_ratio", False),
+        ("session_goodput_ratio", False),
     ):
         defs[n] = MetricDef(n, "ratio", "absolute", worse, "ratio")
     defs["spec_acceptance_length"] = MetricDef(

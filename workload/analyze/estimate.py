@@ -54,6 +54,17 @@ def _ratio_parts(kind: str, rows_req: list[dict], rows_sess: list[dict]) -> tupl
             hit = out == ("tool_loop_failure" if kind == "tool_loop_failure_ratio" else "completed")
             num.append(1.0 if hit else 0.0)
             den.append(1.0)
+    elif kind in ("request_goodput_ratio", "session_goodput_ratio"):
+        # Each row's goodput verdict, as judged when it was recorded (``slo_met``; rows of
+        # runs older than goodput carry none and are left out). Cancelled ones do not count.
+        rows = rows_req if kind == "request_goodput_ratio" else rows_sess
+        for r in rows:
+            met = r.get("slo_met")
+            if met is None or "cancelled" in (r.get("status"), r.get("outcome")):
+                continue
+            sid.append(r.get("session_id", ""))
+            num.append(1.0 if met else 0.0)
+            den.append(1.0)
     elif kind == "cached_ratio":
         for r in rows_req:
             p = r.get("prompt_tokens")

@@ -196,6 +196,12 @@ def cmd_report(argv: list[str]) -> int:
     return int(main_report(argv))
 
 
+def cmd_capacity(argv: list[str]) -> int:
+    from workload.cli.capacity import main_capacity
+
+    return int(main_capacity(argv, preflight=preflight))
+
+
 def cmd_trace(argv: list[str]) -> int:
     from workload.cli.trace import main_trace
 
@@ -205,6 +211,7 @@ def cmd_trace(argv: list[str]) -> int:
 COMMANDS = {
     "run": (cmd_run, "run agent traffic against a server or the embedded simulator"),
     "canary": (cmd_canary, "run the same traffic against a baseline and a candidate, then compare"),
+    "capacity": (cmd_capacity, "find the largest load at which every class meets its SLOs"),
     "compare": (cmd_compare, "compare two run directories and give a verdict"),
     "report": (cmd_report, "write the HTML report of a run directory"),
     "profiles": (cmd_profiles, "list | show NAME | validate FILE | schema"),

@@ -195,9 +195,9 @@ class AgentRuntime:
     # ---- hot path ------------------------------------------------------------------------------
     def record_request(self, rec: RequestRecord) -> None:
         """Write, aggregate and report one finished attempt to Locust's stats."""
+        rec.slo_met = (self.delta if self.role == "worker" else self.total).add_request(rec)
         if self.writer is not None:
             self.writer.requests.write(rec.to_json())
-        (self.delta if self.role == "worker" else self.total).add_request(rec)
         if rec.status == STATUS_CANCELLED:
             return  # not a success, not a server failure: only in our stats
         exc = (
@@ -213,9 +213,9 @@ class AgentRuntime:
         )
 
     def record_session(self, srec: SessionRecord) -> None:
+        srec.slo_met = (self.delta if self.role == "worker" else self.total).add_session(srec)
         if self.writer is not None:
             self.writer.sessions.write(srec.to_json())
-        (self.delta if self.role == "worker" else self.total).add_session(srec)
 
     def user_done(self) -> None:
         """A user finished its sessions; when all have, the run ends early."""

@@ -145,3 +145,5 @@ def _account(srec: SessionRecord, rec: RequestRecord) -> None:
     srec.cached_tokens += rec.cached_tokens or 0
     srec.tool_calls += len(rec.tool_calls)
     srec.tool_calls_planned += int(bool(rec.planned_tool) and rec.status == STATUS_OK)
+    if rec.ttft_ms is not None:
+        srec.worst_ttft_ms = max(srec.worst_ttft_ms or 0.0, rec.ttft_ms)

@@ -34,6 +34,8 @@ COLUMNS = [
     ("sessions_failed", "Sessions failed"),
     ("tool_loop_failures", "Tool-loop failures"),
     ("goodput", "Goodput (sessions/min)"),
+    ("request_goodput", "Good requests (share)"),
+    ("session_goodput", "Good sessions (share)"),
 ]
 
 

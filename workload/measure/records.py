@@ -93,6 +93,9 @@ class RequestRecord:
     # step stands for; actual history: the call asked of the model); None on a step that ends
     # in text. ``tool_calls`` above holds what the server returned; the two are kept apart.
     planned_tool: str | None = None
+    # Whether it met every request-level SLO of its class (goodput; ``stats.Aggregate`` judges
+    # it, ``measure.slo.request_meets_slo``); None when not judged.
+    slo_met: bool | None = None
     # Not written to requests.jsonl: in-memory only, for stats and actual history.
     itl_gaps_ms: list[float] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)
@@ -139,6 +142,12 @@ class SessionRecord:
     t_scheduled: float | None = None
     arrival_index: int | None = None
     arrival_stream: str | None = None
+    # The slowest TTFT of its steps (ms), None before a first token; with ``duration_ms`` (task
+    # time: think time and tool pauses included) it feeds the session-level SLOs.
+    worst_ttft_ms: float | None = None
+    # Whether it was a good session (completed, every request and the session-level SLOs met:
+    # goodput); None when not judged.
+    slo_met: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

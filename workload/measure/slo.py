@@ -9,10 +9,20 @@ SLOs come per traffic class as a flat dict (from the profile or ``--slo`` flags)
 Keys (``SLO_KEY_HELP``):
 
 - ``<metric>_p<NN>_ms`` / ``<metric>_mean_ms`` / ``<metric>_max_ms`` with metric in
-  ttft, itl, tpot, e2e, session_duration — an upper bound in milliseconds.
+  ttft, itl, tpot, e2e (per request), session_duration (= task_time), worst_ttft (per
+  session) — an upper bound in milliseconds.
   ``p999`` means p99.9, ``p9999`` p99.99, ``p99.5`` is accepted as written.
+  Session-level metrics: ``task_time`` is a session's wall time from its start to its end,
+  think time and tool pauses included (``SessionRecord.duration_ms``; ``session_duration``
+  is the same histogram); ``worst_ttft`` is a session's slowest step TTFT
+  (``SessionRecord.worst_ttft_ms``).
 - ``session_success_ratio``, ``cached_ratio``, ``draft_acceptance_rate``,
   ``goodput_per_min``, ``output_tokens_per_s`` — lower bounds.
+- Goodput, lower bounds: ``request_goodput_ratio`` (requests that met every request-level
+  SLO of their class / (requests - cancelled)), ``request_goodput_per_s`` (those requests
+  per second), ``session_goodput_ratio`` (good sessions / finished sessions; a session is
+  good when it completed, every request met the request-level SLOs, and its task time and
+  worst TTFT are within the session-level limits, see ``session_meets_slo``).
 - ``error_ratio``, ``tool_loop_failure_ratio`` — upper bounds.
 
 A metric with no samples is *not judged* by default: the result says so (``judged`` False,
@@ -20,6 +30,7 @@ A metric with no samples is *not judged* by default: the result says so (``judge
 smoke run does not fail on SLOs it could not see. ``missing="fail"`` (the CLI's
 ``--require-slo-samples``) makes such an SLO fail instead; ``"pass"`` / ``"skip"`` are kept for
 old callers. ``check_slo_overrides`` finds unknown metric names and classes before a run.
+An unknown key is refused with the closest known names ("did you mean ...").
 
 This module does not import ``workload.measure.stats``: it reads the plain ``summary()`` dict,
 and asks an object with a ``percentile_ms`` method (an ``Aggregate``) for percentiles
@@ -36,13 +47,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e", "session_duration")
+LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e", "session_duration", "task_time", "worst_ttft")
+SESSION_METRICS = ("session_duration", "task_time", "worst_ttft")  # one value per session
 SUMMARY_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 OVERALL = "*"
 
 _LATENCY_KEY = re.compile(
-    r"^(?P<metric>ttft|itl|tpot|e2e|session_duration)_(?P<stat>p[0-9]+(?:\.[0-9]+)?|mean|max)_ms$"
+    r"^(?P<metric>ttft|itl|tpot|e2e|session_duration|task_time|worst_ttft)"
+    r"_(?P<stat>p[0-9]+(?:\.[0-9]+)?|mean|max)_ms$"
 )
+# SLO metric -> the summary block (and Aggregate histogram) that holds its samples
+_HIST_OF = {"task_time": "session_duration"}
 
 # name -> (bound, unit, how to read it from a view summary)
 _SCALAR_SLOS: dict[str, tuple[str, str]] = {
@@ -53,13 +68,34 @@ _SCALAR_SLOS: dict[str, tuple[str, str]] = {
     "output_tokens_per_s": (">=", "tokens_per_s"),
     "error_ratio": ("<=", "ratio"),
     "tool_loop_failure_ratio": ("<=", "ratio"),
+    "request_goodput_ratio": (">=", "ratio"),
+    "request_goodput_per_s": (">=", "per_s"),
+    "session_goodput_ratio": (">=", "ratio"),
 }
 
 MISSING_MODES = ("not_judged", "fail", "pass", "skip")
 
-SLO_KEY_HELP = "<ttft|itl|tpot|e2e|session_duration>_<pNN|mean|max>_ms, " + ", ".join(
-    sorted(_SCALAR_SLOS)
+SLO_KEY_HELP = (
+    "<ttft|itl|tpot|e2e|session_duration|task_time|worst_ttft>_<pNN|mean|max>_ms, "
+    + ", ".join(sorted(_SCALAR_SLOS))
 )
+# Names people type, for "did you mean": every scalar key and the common latency keys.
+_KNOWN_KEYS = sorted(_SCALAR_SLOS) + [
+    f"{m}_{s}_ms" for m in LATENCY_METRICS for s in ("p50", "p95", "p99", "mean", "max")
+]
+_ALIASES = {
+    "goodput_ratio": ["request_goodput_ratio", "session_goodput_ratio"],
+    "goodput": ["request_goodput_ratio", "session_goodput_ratio", "goodput_per_min"],
+    "task_time_ms": ["task_time_p95_ms", "task_time_max_ms"],
+    "worst_ttft_ms": ["worst_ttft_p95_ms", "worst_ttft_max_ms"],
+}
+
+
+def did_you_mean(key: str) -> list[str]:
+    """Known SLO keys close to an unknown one (empty when nothing is close)."""
+    if key in _ALIASES:
+        return list(_ALIASES[key])
+    return difflib.get_close_matches(key, _KNOWN_KEYS, n=3, cutoff=0.6)
 
 
 @dataclass(slots=True)
@@ -113,9 +149,10 @@ def parse_slo_key(key: str) -> tuple[str, str | None, str, str]:
     if key in _SCALAR_SLOS:
         bound, unit = _SCALAR_SLOS[key]
         return key, None, bound, unit
-    raise ValueError(
-        f"unknown SLO {key!r}{_did_you_mean(key, _known_keys())}; expected one of: {SLO_KEY_HELP}"
-    )
+    close = did_you_mean(key)
+    if close:
+        raise ValueError(f"unknown SLO {key!r}; did you mean {' or '.join(close)}?")
+    raise ValueError(f"unknown SLO {key!r}; expected one of: {SLO_KEY_HELP}")
 
 
 def validate_slos(slos_by_class: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -133,11 +170,6 @@ def validate_slos(slos_by_class: Mapping[str, Mapping[str, Any]]) -> list[str]:
             elif not math.isfinite(threshold) or threshold < 0:
                 problems.append(f"slo {cls}.{key}: threshold must be finite and >= 0")
     return problems
-
-
-def _known_keys() -> list[str]:
-    stats = ("p50", "p90", "p95", "p99", "p999", "mean", "max")
-    return [f"{m}_{s}_ms" for m in LATENCY_METRICS for s in stats] + sorted(_SCALAR_SLOS)
 
 
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -168,9 +200,11 @@ def check_slo_overrides(
             try:
                 parse_slo_key(key)
             except ValueError:
+                close = did_you_mean(key)
+                close = close if key in _ALIASES else close[:1]
+                hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
                 problems.append(
-                    f"--slo {where}{key}: unknown SLO metric {key!r}"
-                    f"{_did_you_mean(key, _known_keys())} (allowed: {SLO_KEY_HELP})"
+                    f"--slo {where}{key}: unknown SLO metric {key!r}{hint} (allowed: {SLO_KEY_HELP})"
                 )
                 continue
             if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
@@ -195,6 +229,7 @@ def _observe(
     if view is None:
         return None, 0
     if stat is not None:
+        metric = _HIST_OF.get(metric, metric)
         block = view.get(f"{metric}_ms")
         if not block or not block.get("count"):
             return None, 0
@@ -219,6 +254,10 @@ def _observe(
         return sessions.get("tool_loop_failure_ratio"), int(sessions.get("finished", 0))
     if key == "goodput_per_min":
         return sessions.get("goodput_per_min"), int(sessions.get("finished", 0))
+    if key == "session_goodput_ratio":
+        return sessions.get("goodput_ratio"), int(sessions.get("finished", 0))
+    if key in ("request_goodput_ratio", "request_goodput_per_s"):
+        return view.get(key), int(view.get("requests", 0)) - int(view.get("cancelled", 0))
     if key == "cached_ratio":
         return view.get("cached_ratio"), int(view.get("cached_reported", 0))
     if key == "draft_acceptance_rate":
@@ -356,7 +395,7 @@ def request_thresholds(slo: Mapping[str, Any] | None) -> dict[str, Any]:
     limits: dict[str, Any] = {"itl": []}
     for key, threshold in (slo or {}).items():
         m = _LATENCY_KEY.match(key)
-        if not m or m.group("metric") == "session_duration":
+        if not m or m.group("metric") in SESSION_METRICS:
             continue
         metric, stat = m.group("metric"), m.group("stat")
         if stat == "mean":
@@ -398,3 +437,31 @@ def request_meets_slo(rec: Any, slo: Mapping[str, Any] | None, limits: dict | No
             if value is not None and value > limit:
                 return False
     return True
+
+
+def session_thresholds(slo: Mapping[str, Any] | None) -> dict[str, float]:
+    """Per-session limits implied by a class's session-level SLOs (see ``session_meets_slo``)."""
+    limits: dict[str, float] = {}
+    for key, threshold in (slo or {}).items():
+        m = _LATENCY_KEY.match(key)
+        if not m or m.group("metric") not in SESSION_METRICS or m.group("stat") == "mean":
+            continue
+        metric = "task_time" if m.group("metric") == "session_duration" else m.group("metric")
+        limits[metric] = max(limits.get(metric, threshold), threshold)
+    return limits
+
+
+def session_meets_slo(rec: Any, limits: Mapping[str, float]) -> bool:
+    """Whether one session met its class's session-level limits (``session_thresholds``).
+
+    Definition: its task time (``duration_ms``: start to end, think time and tool pauses
+    included) and its worst step TTFT (``worst_ttft_ms``) are each <= the most lenient
+    threshold set for that metric across its ``_pNN_ms`` / ``_max_ms`` keys. A missing value
+    cannot violate. Completion and the per-request SLOs are checked by the caller.
+    """
+    task = limits.get("task_time")
+    if task is not None and rec.duration_ms is not None and rec.duration_ms > task:
+        return False
+    worst = limits.get("worst_ttft")
+    value = getattr(rec, "worst_ttft_ms", None)
+    return not (worst is not None and value is not None and value > worst)

@@ -22,11 +22,19 @@ Definitions (also in docs/metrics.md):
   return none unless the server volunteers them; in actual history planned - returned hints
   at missing calls (the tool-loop failures say which).
 - ``cached_ratio`` = Σcached / Σprompt over requests that reported cached tokens.
+- Request goodput: a request is *good* when it succeeded and met every request-level SLO
+  of its class (``slo.request_meets_slo``; without SLOs: when it succeeded);
+  ``good_requests`` counts them (an integer counter: it merges exactly),
+  ``request_goodput_ratio`` = good_requests / (requests - cancelled),
+  ``request_goodput_per_s`` = good_requests per second of run time. Overall, per class and
+  per step.
 - Sessions: ``finished`` = all outcomes but cancelled; ``success_ratio`` =
-  completed / finished. A session is *good* when it completed and every one of its
-  requests met the class's per-request latency SLOs (``slo.request_meets_slo``);
-  ``goodput_per_min`` = good sessions per minute of run time. Without SLOs for a class,
-  good = completed.
+  completed / finished. A session is *good* when it completed, every one of its
+  requests met the class's per-request latency SLOs (``slo.request_meets_slo``) and it met
+  the session-level limits (task time, worst step TTFT: ``slo.session_meets_slo``);
+  ``goodput_ratio`` = good / finished, ``goodput_per_min`` = good sessions per minute of
+  run time. Without SLOs for a class, good = completed. ``worst_ttft_ms`` is the histogram
+  of each session's slowest step TTFT (overall and class views).
 - Spec decode (vLLM ``metrics.speculative_decoding``), with a = num_accepted_draft_tokens,
   s = num_spec_steps, L = a request's mean acceptance length ((a+s)/s when a and s are
   reported, else the reported ``mean_acceptance_length``):
@@ -53,7 +61,12 @@ from typing import Any
 
 from workload.measure.histogram import REQUEST_MAX_US, SESSION_MAX_US, LatencyHistogram
 from workload.measure.records import SESSION_OUTCOMES, RequestRecord, SessionRecord
-from workload.measure.slo import request_meets_slo, request_thresholds
+from workload.measure.slo import (
+    request_meets_slo,
+    request_thresholds,
+    session_meets_slo,
+    session_thresholds,
+)
 from workload.measure.specdecode import SpecDecodeStats
 
 SCHEMA = "agentload.stats/1"
@@ -65,6 +78,7 @@ _COUNTERS = (
     "ok",
     "errors",
     "cancelled",
+    "good_requests",  # ok and met every request-level SLO of its class (goodput)
     "prompt_tokens",
     "completion_tokens",
     "cached_tokens",
@@ -96,11 +110,12 @@ class View:
             )
         return h
 
-    def add_request(self, rec: RequestRecord) -> None:
+    def add_request(self, rec: RequestRecord, good: bool | None = None) -> None:
         c = self.counters
         c["requests"] += 1
         if rec.status == "ok":
             c["ok"] += 1
+            c["good_requests"] += 1 if good is None or good else 0
             for metric in ("ttft", "tpot", "e2e"):
                 value = getattr(rec, f"{metric}_ms")
                 if value is not None:
@@ -131,6 +146,8 @@ class View:
         if good:
             self.sessions["good"] = self.sessions.get("good", 0) + 1
         self.hist("session_duration").record_ms(rec.duration_ms)
+        if rec.worst_ttft_ms is not None:
+            self.hist("worst_ttft").record_ms(rec.worst_ttft_ms)
 
     def merge(self, other: View) -> None:
         for k, v in other.counters.items():
@@ -170,6 +187,7 @@ class View:
         out: dict[str, Any] = dict(c)
         out["tool_calls_returned"] = c["tool_calls"]
         out["error_ratio"] = c["errors"] / attempted if attempted else None
+        out["request_goodput_ratio"] = c["good_requests"] / attempted if attempted else None
         out["errors_by_kind"] = dict(sorted(self.errors_by_kind.items()))
         out["cached_ratio"] = (
             c["cached_tokens"] / c["cached_prompt_tokens"] if c["cached_prompt_tokens"] else None
@@ -183,10 +201,13 @@ class View:
             "requests_per_s": c["ok"] / per_s if per_s else None,
             "output_tokens_per_s": c["completion_tokens"] / per_s if per_s else None,
         }
+        out["request_goodput_per_s"] = c["good_requests"] / per_s if per_s else None
         out["spec_decode"] = self.spec.summary()
         if with_sessions:
             h = self.hists.get("session_duration")
             out["session_duration_ms"] = h.summary() if h else dict(empty)
+            h = self.hists.get("worst_ttft")
+            out["worst_ttft_ms"] = h.summary() if h else dict(empty)
             out["sessions"] = self._session_summary(duration_s)
         return out
 
@@ -202,6 +223,7 @@ class View:
             "good": good,
             "success_ratio": s["completed"] / finished if finished else None,
             "tool_loop_failure_ratio": s["tool_loop_failure"] / finished if finished else None,
+            "goodput_ratio": good / finished if finished else None,
             "goodput_per_min": good / (duration_s / 60.0) if duration_s else None,
         }
 
@@ -218,6 +240,9 @@ class Aggregate:
     def __init__(self, slos_by_class: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.slos_by_class = dict(slos_by_class or {})
         self._limits = {cls: request_thresholds(slo) for cls, slo in self.slos_by_class.items()}
+        self._session_limits = {
+            cls: session_thresholds(slo) for cls, slo in self.slos_by_class.items()
+        }
         self.overall = View()
         self.classes: dict[str, View] = {}
         self.steps: dict[tuple[str, int], View] = {}
@@ -237,27 +262,40 @@ class Aggregate:
             v = self.steps[(name, step)] = View()
         return v
 
-    def add_request(self, rec: RequestRecord) -> None:
-        """Count one request attempt in the overall, class and step views."""
-        self.overall.add_request(rec)
-        self._class(rec.user_class).add_request(rec)
-        self._step(rec.user_class, rec.step).add_request(rec)
+    def add_request(self, rec: RequestRecord) -> bool:
+        """Count one request attempt in the overall, class and step views.
+
+        Returns whether it met its class's request-level SLOs (its goodput verdict).
+        """
+        limits = self._limits.get(rec.user_class)
+        met = request_meets_slo(rec, None, limits) if limits else rec.status == "ok"
+        self.overall.add_request(rec, met)
+        self._class(rec.user_class).add_request(rec, met)
+        self._step(rec.user_class, rec.step).add_request(rec, met)
         if rec.t_start:
             end = rec.t_start + (rec.e2e_ms or 0.0) / 1000.0
             self.t_first = rec.t_start if self.t_first is None else min(self.t_first, rec.t_start)
             self.t_last = end if self.t_last is None else max(self.t_last, end)
         if rec.session_id:
-            limits = self._limits.get(rec.user_class)
-            met = request_meets_slo(rec, None, limits) if limits else rec.status == "ok"
             self._session_ok[rec.session_id] = self._session_ok.get(rec.session_id, True) and met
+        return met
 
-    def add_session(self, rec: SessionRecord, good: bool | None = None) -> None:
-        """Count a finished session; ``good`` overrides the tracked per-request SLO verdict."""
+    def add_session(self, rec: SessionRecord, good: bool | None = None) -> bool:
+        """Count a finished session; ``good`` overrides the tracked per-request SLO verdict.
+
+        Returns whether the session was good (its goodput verdict).
+        """
         tracked = self._session_ok.pop(rec.session_id, True)
         if good is None:
-            good = rec.outcome == "completed" and tracked
+            limits = self._session_limits.get(rec.user_class)
+            good = (
+                rec.outcome == "completed"
+                and tracked
+                and (not limits or session_meets_slo(rec, limits))
+            )
         self.overall.add_session(rec, good)
         self._class(rec.user_class).add_session(rec, good)
+        return good
 
     def merge(self, other: Aggregate) -> None:
         """Add another aggregate's counts into this one (associative and commutative)."""
@@ -357,8 +395,9 @@ class Aggregate:
 def session_goodput(
     session: SessionRecord, requests: Iterable[RequestRecord], slo: Mapping[str, Any] | None
 ) -> bool:
-    """Whether a session is good: completed, and each request met the class's latency SLOs."""
-    if session.outcome != "completed":
+    """Whether a session is good: completed, each request met the class's latency SLOs, and
+    the session met the session-level ones (task time, worst step TTFT)."""
+    if session.outcome != "completed" or not session_meets_slo(session, session_thresholds(slo)):
         return False
     limits = request_thresholds(slo)
     return all(request_meets_slo(r, None, limits) for r in requests)

@@ -21,6 +21,10 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _pct0(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
 def console_table(summary: Mapping[str, Any]) -> str:
     """A compact plain-text table: one row per class and one overall."""
     header = (
@@ -35,6 +39,7 @@ def console_table(summary: Mapping[str, Any]) -> str:
         "out tok/s",
         "cached",
         "acc.len",
+        "goodput req/sess",
     )
     rows = [header]
     views = list((summary.get("by_class") or {}).items()) + [("overall", summary["overall"])]
@@ -56,6 +61,7 @@ def console_table(summary: Mapping[str, Any]) -> str:
                 "-" if tps is None else f"{tps:.1f}",
                 _pct(v.get("cached_ratio")),
                 "-" if acc is None else f"{acc:.2f}",
+                f"{_pct0(v.get('request_goodput_ratio'))}/{_pct0(s.get('goodput_ratio'))}",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -108,6 +114,8 @@ def view_row(label: str, view: Mapping[str, Any]) -> dict[str, Any]:
         "tool_loop_failures": view.get("tool_loop_failures", 0),
         "tool_calls_planned": view.get("tool_calls_planned", 0),
         "tool_calls_returned": view.get("tool_calls_returned", view.get("tool_calls", 0)),
+        "request_goodput": _r(view.get("request_goodput_ratio"), 3),
+        "session_goodput": _r(sessions.get("goodput_ratio") if sessions else None, 3),
     }
 
 

@@ -448,7 +448,7 @@ def resolve_spec(values: Mapping[str, Any], *, load_profile: Any = None) -> RunS
         profile = load_profile(typed["profile"], list(typed["sets"]))
     except ProfileError as e:
         raise UsageError("; ".join(e.problems)) from None
-    profile = _apply_arrival(profile, typed)
+    profile = apply_arrival(profile, typed)
     run = profile.run
     users = typed["users"] or int(run.users)
     duration_s = typed["duration_s"] or _stages_total(run) or float(run.duration_s)
@@ -503,7 +503,7 @@ def _stages_total(run: Any) -> float | None:
     return sum(s.duration_s for s in stages) if stages else None
 
 
-def _apply_arrival(profile: Any, typed: Mapping[str, Any]) -> Any:
+def apply_arrival(profile: Any, typed: Mapping[str, Any]) -> Any:
     """The profile with --arrival-rate/--arrival/--max-in-flight/--at-cap applied to run.arrival.
 
     They make the whole profile open loop (class-level arrivals give way to run.arrival).

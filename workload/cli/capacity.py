@@ -1,0 +1,209 @@
+"""`agentload capacity`: the largest load at which every traffic class meets its SLOs.
+
+Flags: the `agentload run` option table (`--host`, `--profile`, `--slo`, `--seed`, `--out`,
+`--sim-*` ...; not `--users`/`--duration`/`--web`, which the search sets per step) plus the
+search's own. Without --host the embedded simulator starts once and stays warm for every
+step. Each step is an `agentload run` at one load (Locust, the same RunSpec), written to
+`<out>/steps/NN`; `workload.run.capacity_run` judges its measurement window.
+
+Exit codes: 0 a capacity was found, 3 even --min fails its SLOs, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from workload.errors import EXIT_OK, EXIT_SLO, SetupError, UsageError
+from workload.measure import artifacts
+from workload.measure.slo import validate_slos
+from workload.run.capacity import CapacityError, samples_needed_for, search_spec
+from workload.run.spec import (
+    OPTIONS,
+    ArgParser,
+    RunSpec,
+    add_options,
+    parse_duration,
+    raw_values,
+    resolve_spec,
+)
+
+# Set per step by the search, or meaningless for it.
+_NOT_HERE = ("users", "duration_s", "web", "web_port", "spawn_rate", "sessions_per_user")
+# A step's run-time bound beyond warm-up + window: Locust's setup before the first request.
+# The driver ends each step when its window is over, so this only bounds a stuck step.
+STEP_SLACK_S = 60.0
+NO_SLO = "capacity needs at least one SLO: pass --slo or set slo in the profile"
+
+
+def build_parser() -> ArgParser:
+    """The capacity parser: run options from the one table, then the search flags."""
+    p = ArgParser(
+        prog="agentload capacity",
+        description="Find the largest load at which every traffic class meets its SLOs.",
+    )
+    add_options(p, tuple(o for o in OPTIONS if o.name not in _NOT_HERE))
+    g = p.add_argument_group("search")
+    g.add_argument(
+        "--dimension",
+        default="users",
+        choices=("users", "arrival_rate"),
+        help="what to step up: concurrent users (closed loop) or session arrival "
+        "rate in sessions/s (open loop)",
+    )
+    g.add_argument(
+        "--min", dest="min_load", type=float, default=1.0, help="lowest load tried (default 1)"
+    )
+    g.add_argument(
+        "--max", dest="max_load", type=float, default=64.0, help="highest load tried (default 64)"
+    )
+    g.add_argument(
+        "--factor",
+        type=float,
+        default=2.0,
+        help="step-up factor between loads until a step fails (default 2)",
+    )
+    g.add_argument(
+        "--precision",
+        type=float,
+        default=None,
+        help="stop bisecting when pass and fail loads are this close "
+        "(default: 1 user, or 5%% of a rate)",
+    )
+    g.add_argument(
+        "--step-duration",
+        default="30s",
+        help="measurement window per step, after the warm-up (default 30s)",
+    )
+    g.add_argument("--warmup", default="10s", help="warm-up per step, not judged (default 10s)")
+    g.add_argument("--max-steps", type=int, default=30, help="most steps run (default 30)")
+    return p  # fmt: skip
+
+
+def _seconds(text: str, flag: str) -> float:
+    try:
+        return parse_duration(text)
+    except UsageError:
+        raise UsageError(f"bad {flag} {text!r}: use e.g. 10s, 1m") from None
+
+
+def main_capacity(argv: list[str], *, preflight: Callable[[RunSpec], None]) -> int:
+    """Parse, check, search, write capacity.json / capacity.html; the exit code.
+
+    ``preflight`` checks the target and the profile's fit, as before `agentload run`.
+    """
+    args = build_parser().parse_args(argv)
+    values = raw_values(args)
+    values["argv"] = " ".join(["agentload", "capacity", *argv])
+    spec = resolve_spec(values)
+    window = _seconds(args.step_duration, "--step-duration")
+    warmup = 0.0 if str(args.warmup).strip() in ("0", "0s") else _seconds(args.warmup, "--warmup")
+    slos = spec.slos()
+    if not any(slos.values()):
+        raise UsageError(NO_SLO)
+    problems = validate_slos(slos)
+    if problems:
+        raise UsageError(problems[0])
+    try:
+        search = search_spec(
+            args.dimension, args.min_load, args.max_load, factor=args.factor,
+            precision=args.precision, quantile=None, max_steps=args.max_steps,
+        )  # fmt: skip
+    except CapacityError as e:
+        raise UsageError(str(e)) from None
+    need = max(samples_needed_for(s) for s in slos.values())
+    run_id = artifacts.new_run_id()
+    out = Path(spec.out) if spec.out else artifacts.default_out_dir(f"capacity-{run_id}")
+    if (out / "capacity.json").exists():
+        raise UsageError(f"--out {out} already holds a capacity search; choose another directory")
+    out.mkdir(parents=True, exist_ok=True)
+    spec = spec.replace(out=str(out), run_id=run_id)
+    return _search(spec, search, slos, warmup, window, need, preflight)
+
+
+def _search(spec, search, slos, warmup, window, need, preflight) -> int:  # type: ignore[no-untyped-def]
+    from workload.run.capacity_run import CapacityDriver, write_outputs
+
+    sim = None
+    try:
+        if not spec.host:
+            from workload.sim.launcher import SimProcess, SimStartError
+
+            sim = SimProcess(
+                preset=spec.sim_preset, faults=list(spec.sim_faults), sets=list(spec.sim_sets)
+            )
+            try:
+                sim.start()
+            except SimStartError as e:
+                raise UsageError(f"the embedded simulator did not start: {e}") from None
+            spec = spec.replace(host=sim.url)
+            print(f"agentload: no --host given; started the embedded simulator at {spec.host} "
+                  f"(preset {spec.sim_preset}); it stays up for every step", flush=True)  # fmt: skip
+        preflight(spec)
+        driver = CapacityDriver(
+            slos=slos,
+            out=Path(spec.out),
+            warmup_s=warmup,
+            window_s=window,
+            max_error_ratio=spec.max_error_ratio,
+            start_step=lambda load, step_out: _start_step(
+                spec, load, step_out, warmup + window + STEP_SLACK_S, search.dimension
+            ),
+        )
+        try:
+            result = driver.search(search)
+        except RuntimeError as e:
+            raise SetupError(str(e)) from None
+        result["quantile_samples_needed"] = need
+        for s in result["steps"]:
+            s["too_few_samples"] = bool(need) and s["samples"] < need
+        print(write_outputs(Path(spec.out), result), flush=True)
+        print(f"agentload: capacity.json and capacity.html in {spec.out}", flush=True)
+        return EXIT_SLO if result["capacity"] is None else EXIT_OK
+    finally:
+        if sim is not None:
+            sim.stop()
+
+
+def _start_step(
+    spec: RunSpec, load: float, out: Path, duration_s: float, dimension: str = "users"
+) -> subprocess.Popen:
+    """One bounded `agentload run` at this load, as a Locust child (like cmd_run's): `load`
+    closed-loop users, or (dimension arrival_rate) sessions per second started open loop."""
+    import os
+
+    from workload.locust.command import locust_argv
+    from workload.procs import die_with_parent
+    from workload.run.spec import apply_arrival
+
+    if dimension == "arrival_rate":
+        profile = apply_arrival(
+            spec.profile,
+            {"arrival_rate": float(load), "arrival": spec.arrival,
+             "max_in_flight": spec.max_in_flight, "at_cap": spec.at_cap},
+        )  # fmt: skip
+        spec = spec.replace(profile=profile, arrival_rate=float(load))
+        users = spec.users
+    else:
+        users = int(load)
+    step = spec.replace(
+        users=users,
+        spawn_rate=float(max(users, 1)),
+        duration_s=duration_s,
+        out=str(out),
+        run_id=f"{spec.run_id}-{out.name}",
+        progress_interval=0.0,
+        web=False,
+    )
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "locust.log", "wb") as log:  # the child keeps its own handle
+        return subprocess.Popen(  # noqa: PLW1509
+            locust_argv(step),
+            env=env,
+            preexec_fn=die_with_parent(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
