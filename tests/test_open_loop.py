@@ -291,7 +291,7 @@ def test_stage_summary_splits_requests_and_sessions_by_window():
 # ---------------------------------------------------------------- the stages shape
 
 
-def test_stages_shape_ticks_from_the_runs_t0():
+def _check_stages_shape_ticks_from_the_runs_t0():
     import time
     from types import SimpleNamespace
 
@@ -312,7 +312,7 @@ def test_stages_shape_ticks_from_the_runs_t0():
     assert shape.tick() is None  # the stages are over: Locust stops the run
 
 
-def test_rate_stages_shape_keeps_the_closed_users_until_the_end():
+def _check_rate_stages_shape_keeps_the_closed_users_until_the_end():
     import time
     from types import SimpleNamespace
 
@@ -326,3 +326,26 @@ def test_rate_stages_shape_keeps_the_closed_users_until_the_end():
     assert shape.tick() == (3, 3.0)
     spec.arrival_t0 = time.time() - 6
     assert shape.tick() is None
+
+
+def _in_a_fresh_process(check: str) -> None:
+    """`import locust` monkey-patches threads and sockets for the whole interpreter (the
+    in-process simulator of other tests then breaks): shape checks run in their own process."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run(
+        [sys.executable, "-c", f"import tests.test_open_loop as t; t.{check}()"],
+        cwd=root, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+def test_stages_shape_ticks_from_the_runs_t0():
+    _in_a_fresh_process("_check_stages_shape_ticks_from_the_runs_t0")
+
+
+def test_rate_stages_shape_keeps_the_closed_users_until_the_end():
+    _in_a_fresh_process("_check_rate_stages_shape_keeps_the_closed_users_until_the_end")
