@@ -10,7 +10,7 @@ workload.measure.artifacts (`read_json`, `iter_jsonl`), the one reader of them.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ class RunData:
     metrics: list[dict[str, Any]]
     stats: dict[str, Any] | None
     duration_s: float | None
+    # Interleaved side: block name -> its duration (s); session ids carry "BLOCK:" prefixes.
+    block_durations: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def classes(self) -> list[str]:
@@ -114,4 +116,5 @@ def load_run(path: Path | str) -> RunData:
     durs = [d.duration_s for d in parts if d.duration_s]
     run = dict(parts[0].run)
     run["blocks"] = [b.name for b in blocks]
-    return RunData(path, run, reqs, sess, mets, None, sum(durs) if durs else None)
+    bd = {b.name: d.duration_s for b, d in zip(blocks, parts, strict=True)}
+    return RunData(path, run, reqs, sess, mets, None, sum(durs) if durs else None, bd)

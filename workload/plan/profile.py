@@ -205,6 +205,15 @@ class CompareThresholds(_M):
     ttft_p95_pct: float = Field(10.0, ge=0, description="Allowed TTFT p95 increase (%).")
     itl_p95_pct: float = Field(10.0, ge=0, description="Allowed ITL p95 increase (%).")
     e2e_p95_pct: float = Field(10.0, ge=0, description="Allowed E2E p95 increase (%).")
+    tpot_p95_pct: float = Field(
+        10.0, ge=0, description="Allowed TPOT (per output token) p95 and paired shift increase (%)."
+    )
+    spec_acceptance_length_pct: float = Field(
+        10.0, ge=0, description="Allowed spec-decode mean acceptance length drop (%)."
+    )
+    spec_acceptance_rate_pp: float = Field(
+        5.0, ge=0, description="Allowed spec-decode draft acceptance rate drop (points)."
+    )
     throughput_pct: float = Field(
         5.0, ge=0, description="Allowed output-token throughput drop (%)."
     )
