@@ -118,7 +118,9 @@ def test_better_ttft_worse_tpot_is_mixed_and_fails(tmp_path):
     assert _row(cmp, "overall", "ttft_shift").verdict == "better"
     assert cmp.verdict == VERDICT_MIXED and cmp.exit_code == 3
     text = cmp.render_text().splitlines()
-    assert text[0] == "VERDICT: MIXED (exit 3)" and text[1].startswith("Worse (gated): overall TPOT")
+    assert text[0] == "VERDICT: MIXED (exit 3)" and text[1].startswith(
+        "Worse (gated): overall TPOT"
+    )
     assert not _row(cmp, "overall", "itl_p95").gated
 
 

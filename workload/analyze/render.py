@@ -141,7 +141,9 @@ def render_text(c: Comparison) -> str:
     detail = [
         m
         for m in c.metrics
-        if not m.gated and not m.scope.startswith(("step:", "slice:")) and m.verdict != VERDICT_NODATA
+        if not m.gated
+        and not m.scope.startswith(("step:", "slice:"))
+        and m.verdict != VERDICT_NODATA
     ]
     detail.sort(key=lambda m: (m.scope != "overall", m.scope, _order(m)))
     lines += [
@@ -172,8 +174,17 @@ def render_text(c: Comparison) -> str:
             "  " + ln
             for ln in _table(
                 ["slice", "metric", "A", "B", "change [CI]", "verdict"],
-                [[_scope_name(m.scope), m.metric, fmt_value(m, m.a), fmt_value(m, m.b),
-                  fmt_change(m), m.verdict] for m in sorted(moved, key=lambda m: (m.scope, _order(m)))],
+                [
+                    [
+                        _scope_name(m.scope),
+                        m.metric,
+                        fmt_value(m, m.a),
+                        fmt_value(m, m.b),
+                        fmt_change(m),
+                        m.verdict,
+                    ]
+                    for m in sorted(moved, key=lambda m: (m.scope, _order(m)))
+                ],
             )  # fmt: skip
         ]
     steps = [
@@ -219,8 +230,16 @@ def render_text(c: Comparison) -> str:
                 "  " + ln
                 for ln in _table(
                     ["class", "step", "tool", "what was wrong", "request id"],
-                    [[e["class"], str(e["step"]), str(e["tool"]), str(e["what"]),
-                      str(e["request_id"])] for e in ex],
+                    [
+                        [
+                            e["class"],
+                            str(e["step"]),
+                            str(e["tool"]),
+                            str(e["what"]),
+                            str(e["request_id"]),
+                        ]
+                        for e in ex
+                    ],
                 )  # fmt: skip
             ]
     if c.where[2:]:

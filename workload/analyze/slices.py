@@ -27,7 +27,9 @@ def _key(r: dict) -> tuple[str, int]:
     return str(r.get("session_id", "")), int(r.get("step") or 0)
 
 
-def slice_filters(reqs_a: list[dict], reqs_b: list[dict]) -> list[tuple[str, Callable[[dict], bool]]]:
+def slice_filters(
+    reqs_a: list[dict], reqs_b: list[dict]
+) -> list[tuple[str, Callable[[dict], bool]]]:
     """(label, predicate) per slice kind that splits these requests into two or more parts."""
     tooly = {_key(r) for r in reqs_a + reqs_b if r.get("tool_calls")}
     out: list[tuple[str, Callable[[dict], bool]]] = [
@@ -95,7 +97,9 @@ def spec_lines(metrics: list[MetricDiff], limit: int = 2) -> list[str]:
     ]
     rows.sort(key=lambda m: (m.b or 0) / (m.a or 1))
     for m in rows[:limit]:
-        where = "all requests" if m.scope == "overall" else m.scope.split(":", 1)[1].replace(":", " ")
+        where = (
+            "all requests" if m.scope == "overall" else m.scope.split(":", 1)[1].replace(":", " ")
+        )
         hint = ": drafts disabled?" if (m.b or 0) <= 1.05 else ""
         out.append(f"spec-decode acceptance on {where} fell from {m.a:.2f} to {m.b:.2f}{hint}")
     return out

@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as _sps
 
+from workload.analyze.blocks import apply_block_intervals
 from workload.analyze.bootstrap import Scope
 from workload.analyze.catalogue import (
     EXIT_PASS,
@@ -73,12 +74,11 @@ from workload.analyze.catalogue import (
     CompareError,
     MetricDiff,
 )
-from workload.analyze.blocks import apply_block_intervals
 from workload.analyze.estimate import scope_metrics
-from workload.analyze.slices import slice_filters, spec_lines, where_lines
 from workload.analyze.render import render_text as _render_text
 from workload.analyze.rundata import RunData, load_run
 from workload.analyze.serverinfo import error_kinds, server_summary, spec_histogram
+from workload.analyze.slices import slice_filters, spec_lines, where_lines
 from workload.analyze.thresholds import (
     BETWEEN_INSTANCE,
     MIN_BLOCKS,
@@ -293,7 +293,7 @@ def compare_runs(
     if not (dur[0] and dur[1]):
         warnings.append("run duration unknown; counts compared as totals")
     short = min((d for d in dur if d), default=None)
-    if short is not None and short < VALIDATED_S - 1:
+    if short is not None and short < 0.9 * VALIDATED_S:  # a 60 s run lasts 56-59 s
         warnings.append(
             f"run length {short:.0f} s is shorter than the {VALIDATED_S:.0f} s the verdict was "
             "validated at (mixed on the simulator): the start-up wave is a larger share of it"
@@ -348,9 +348,14 @@ def compare_runs(
             m.gated, m.note = False, "per-chunk detail; TPOT gates (name it to gate)"
         elif m.paired_share and m.metric in BETWEEN_INSTANCE and m.method != "blocks":
             # Paired single-block runs: no between-instance estimate for these.
-            m.gated, m.note = False, (
-                f"not gated: no between-instance estimate (needs >= {MIN_BLOCKS} interleaved "
-                "blocks per side; name it to gate)"
+            why = (
+                f"needs >= {MIN_BLOCKS} interleaved blocks per side"
+                if n_blocks < MIN_BLOCKS
+                else f"fewer than {MIN_BLOCKS} blocks with data on both sides"
+            )
+            m.gated, m.note = (
+                False,
+                f"not gated: no between-instance estimate ({why}; name it to gate)",
             )
     _drop_duplicate_gates(metrics)
     alpha = 1.0 - confidence
@@ -375,7 +380,9 @@ def compare_runs(
         warnings.append("not enough data to judge: " + ", ".join(nodata))
     divergence = None
     hist = {
-        (r.run.get("profile") or {}).get("history") if isinstance(r.run.get("profile"), dict) else None
+        (r.run.get("profile") or {}).get("history")
+        if isinstance(r.run.get("profile"), dict)
+        else None
         for r in (a, b)
     }
     if "actual" in hist:
@@ -408,9 +415,7 @@ def _gating_sentence(metrics: list[MetricDiff], blocks: int = 0) -> str:
     shifts = sorted({m.metric for m in gated if METRICS[m.metric].kind == "shift"})
     pcts = sorted({m.metric for m in gated if METRICS[m.metric].kind == "quantile"})
     by_blocks = sorted({m.metric for m in gated if m.method == "blocks"})
-    held = sorted(
-        {m.metric for m in metrics if m.note and m.note.startswith("not gated: no between")}
-    )
+    held = sorted({m.metric for m in metrics if m.note and "between-instance" in m.note})
     out = []
     if shifts:
         out.append(
@@ -436,7 +441,8 @@ def _gating_sentence(metrics: list[MetricDiff], blocks: int = 0) -> str:
     elif held:
         out.append(
             f"{', '.join(held)} (tails and work done) are shown but not gated: with "
-            f"{'one block' if blocks <= 1 else f'{blocks} blocks'} per side there is no "
+            f"{'one block' if blocks <= 1 else f'{blocks} blocks'} per side"
+            f"{' (too few with data)' if blocks >= MIN_BLOCKS else ''} there is no "
             "between-instance estimate, and two instances of the same server differ on them by "
             f"more than a within-run interval knows (interleave >= {MIN_BLOCKS} blocks, or name "
             "one, e.g. --threshold tpot_p95=10)"

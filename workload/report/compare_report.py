@@ -82,7 +82,9 @@ def write_compare_report(comparison: Comparison, out: Path) -> Path:
         comparison={
             "verdict": c.verdict,
             "verdict_css": {
-                VERDICT_WORSE: "worse", VERDICT_MIXED: "worse", VERDICT_BETTER: "better"
+                VERDICT_WORSE: "worse",
+                VERDICT_MIXED: "worse",
+                VERDICT_BETTER: "better",
             }.get(c.verdict, "same"),  # fmt: skip
             # The 3-5 lines that decide the rollout, first in the page.
             "headline": headline(c)[1:],
