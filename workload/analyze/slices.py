@@ -27,6 +27,10 @@ def _key(r: dict) -> tuple[str, int]:
     return str(r.get("session_id", "")), int(r.get("step") or 0)
 
 
+def _step_range(lo: int, hi: int) -> Callable[[dict], bool]:
+    return lambda r: lo <= int(r.get("step") or 0) <= hi
+
+
 def slice_filters(
     reqs_a: list[dict], reqs_b: list[dict]
 ) -> list[tuple[str, Callable[[dict], bool]]]:
@@ -39,7 +43,7 @@ def slice_filters(
         ("non-streamed requests", lambda r: not r.get("stream", True)),
     ]
     for lo, hi, label in STEP_RANGES:
-        out.append((label, lambda r, lo=lo, hi=hi: lo <= int(r.get("step") or 0) <= hi))
+        out.append((label, _step_range(lo, hi)))
     both = reqs_a + reqs_b
     n = len(both)
     return [(lab, f) for lab, f in out if 0 < sum(1 for r in both if f(r)) < n]

@@ -37,7 +37,8 @@ def _sets(argv: Any) -> list[str]:
 
 def traffic_key(run: dict) -> dict[str, Any]:
     """What shapes a run's traffic, from run.json."""
-    prof = run.get("profile") if isinstance(run.get("profile"), dict) else {}
+    raw = run.get("profile")
+    prof: dict[str, Any] = raw if isinstance(raw, dict) else {}
     content = {k: v for k, v in prof.items() if k not in ("compare", "description", "run")}
     if isinstance(prof.get("run"), dict):
         content["run"] = {k: v for k, v in prof["run"].items() if k != "duration_s"}
