@@ -78,6 +78,11 @@ def test_small_sample_session_collapse_is_decisive(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("VERDICT: WORSE (exit 3)")
     assert "First tool-loop failures in B" in out
+    html = tmp_path / "c.html"
+    assert main_compare([str(a), str(b), "--html", str(html)]) == 3
+    page = html.read_text()
+    assert 'id="tool-loop"' in page and ex[0]["request_id"] in page
+    capsys.readouterr()
 
 
 def test_exact_test_a_a_small_sample_is_same(tmp_path):
