@@ -183,6 +183,20 @@ class RequestSpec(_M):
             "--enable-auto-tool-choice on the server."
         ),
     )
+    structured_every: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Scripted mode: on every step k with k % N == 0 that plans a tool call, send "
+            "tool_choice 'required' or named (structured_choice) instead, so the server "
+            "constrains the reply to a tool call (structured output; exercises e.g. a "
+            "spec-decode fallback for structured outputs). Null: never. Actual mode ignores it."
+        ),
+    )
+    structured_choice: Literal["required", "named"] = Field(
+        "named",
+        description="tool_choice on structured_every steps: 'required' or the planned tool.",
+    )
 
 
 class Timeouts(_M):
