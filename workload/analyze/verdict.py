@@ -20,14 +20,16 @@ Method (docs/canary.md, "Verdict method"):
   few requests in the tail (start-up waves, preemption cascades), which moves
   p95 by more than 10 % with no change in the server; the paired median does
   not move for that, and a real slowdown of every request moves it fully
-  (docs/canary-verdict-quality.md). When the runs pair, the percentile rows
-  (p50/p95/p99) are shown with their intervals and verdicts but do not gate
-  unless a flag names them (`--threshold ttft_p95=10`); when the runs do not
-  pair (different seed or profile) there is no shift, and the percentiles with
-  a threshold gate as before. With paired runs, `itl_shift`,
-  `output_throughput`, `cached_ratio` and `completed_sessions` are likewise
-  shown but gate only when named (PAIRED_REPORT_ONLY: two instances of the same
-  server differ on them by more than their within-run intervals).
+  (docs/canary-verdict-quality.md). TPOT (per output token) is the headline
+  latency; per-chunk ITL (`itl_*`) is a detail gated only when named, because
+  under speculative decoding a chunk carries several tokens.
+* Between-instance metrics (thresholds.BETWEEN_INSTANCE: percentiles, throughput,
+  completed sessions, cached ratio): with paired runs they gate only on a
+  t-interval across >= MIN_BLOCKS interleaved blocks (workload.analyze.blocks),
+  which holds instance divergence; with one block they are shown, not gated,
+  unless a flag names them. Unpaired runs gate them as before.
+* Session success, tool-loop failure and error ratios use Fisher's exact test
+  on their counts (any n), with a Newcombe/Clopper-Pearson interval.
 * Changes: relative (B/A − 1) for percentiles, counts and acceptance length,
   computed on the log scale; absolute (percentage points) for ratios. The
   interval is the normal interval from the bootstrap standard error.
@@ -44,8 +46,9 @@ Method (docs/canary.md, "Verdict method"):
   bit-identical) from being called regressions on long runs; with a run long
   enough that the standard error of the change is ≤ T/4.3, a true change of T
   is flagged with ≥ 90 % probability.
-* Overall: worse if any gated metric is worse, else better if any is better,
-  else no detectable change. Exit code 3 on worse, else 0.
+* Overall: mixed if gated metrics moved both ways, worse if any is worse, else
+  better if any is better, else no detectable change. Exit code 3 on worse or
+  mixed, else 0. Slices (workload.analyze.slices) say where a change happened.
 """
 
 from __future__ import annotations
