@@ -145,7 +145,9 @@ def test_where_names_the_tool_calling_slice(tmp_path):
         path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     cmp = compare_runs(a, b)
     assert cmp.verdict in (VERDICT_WORSE, VERDICT_MIXED)
-    assert any(w.startswith("interactive tool-calling steps: TPOT") for w in cmp.where)
+    head = "\n".join(cmp.render_text().splitlines()[:5])
+    assert "interactive tool-calling steps TPOT shift +" in head
+    assert _row(cmp, "slice:interactive:tool-calling steps", "tpot_shift").gated
     html = tmp_path / "c.html"
     assert main_compare([str(a), str(b), "--html", str(html)]) == 3
     page = html.read_text()

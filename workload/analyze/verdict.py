@@ -81,7 +81,7 @@ from workload.analyze.estimate import scope_metrics
 from workload.analyze.render import render_text as _render_text
 from workload.analyze.rundata import RunData, load_run
 from workload.analyze.serverinfo import error_kinds, server_summary, spec_histogram
-from workload.analyze.slices import slice_filters, spec_lines, where_lines
+from workload.analyze.slices import gates_in_slice, slice_filters, spec_lines, where_lines
 from workload.analyze.thresholds import (
     BETWEEN_INSTANCE,
     MIN_BLOCKS,
@@ -337,8 +337,10 @@ def compare_runs(
         local = m.scope.startswith(("step:", "slice:"))
         t = threshold_for(th, "class:" + m.scope.split(":")[1] if local else m.scope, m.metric)
         if t is not None:
-            m.threshold = t / 100.0  # step/slice rows use it for the T/2 floor but do not gate
-            m.gated = not local
+            m.threshold = t / 100.0  # step/slice rows use it for the T/2 floor
+            m.gated = not local or (
+                m.scope.startswith("slice:") and gates_in_slice(m.scope, m.metric)
+            )
     for m in metrics:
         if m.gated and METRICS[m.metric].kind == "shift" and not m.paired_share:
             m.gated, m.note = False, "runs do not pair: the percentiles gate"
