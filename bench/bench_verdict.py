@@ -32,7 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scipy import stats as sps  # noqa: E402
 
-from workload.analyze.catalogue import VERDICT_SAME, VERDICT_WORSE  # noqa: E402
+from workload.analyze.catalogue import VERDICT_MIXED, VERDICT_SAME, VERDICT_WORSE  # noqa: E402
+
+FAILS = (VERDICT_WORSE, VERDICT_MIXED)  # verdicts that exit 3
 from workload.analyze.verdict import compare_runs  # noqa: E402
 from workload.run.canary import run_canary  # noqa: E402
 from workload.sim.launcher import SimProcess  # noqa: E402
@@ -68,7 +70,11 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
     sims = {
         "baseline": SimProcess(preset=args.preset, seed=sd[0]),
         "twin": SimProcess(preset=args.preset, seed=sd[1]),
-        "candidate": SimProcess(preset=args.preset, seed=sd[2], sets=[f"ttft_scale={args.scale}"]),
+        "candidate": SimProcess(
+            preset=args.candidate_preset or args.preset,
+            seed=sd[2],
+            sets=[f"ttft_scale={args.scale}"],
+        ),  # fmt: skip
     }
     t0 = time.time()
     try:
@@ -95,10 +101,13 @@ def trial(out: Path, kind: str, i: int, args: argparse.Namespace) -> dict:
     if args.duration:
         run_args += ["--duration", args.duration]
     a = SimProcess(preset=args.preset, seed=1000 + i).start()
-    b = SimProcess(preset=args.preset, seed=1000 + i, sets=[f"ttft_scale={scale}"]).start()
+    b_preset = args.candidate_preset if kind == "regression" and args.candidate_preset else None
+    b = SimProcess(
+        preset=b_preset or args.preset, seed=1000 + i, sets=[f"ttft_scale={scale}"]
+    ).start()
     t0 = time.time()
     try:
-        code = run_canary(a.url, b.url, run_args, out, args.mode, html=False)
+        code = run_canary(a.url, b.url, run_args, out, args.mode, html=False, blocks=args.blocks)
     finally:
         a.stop()
         b.stop()
@@ -148,7 +157,7 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
                 lines.append(f"  trial {r['i']}: {', '.join(r['flags'])}")
     if rg:
         k = sum(
-            r["verdict"] == VERDICT_WORSE
+            r["verdict"] in FAILS
             and any(f.endswith((" ttft_shift worse", " ttft_p95 worse")) for f in r["flags"])
             for r in rg
         )
@@ -156,7 +165,7 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
         lines.append(
             f"regression: flagged worse on a gated TTFT metric {k}/{len(rg)} = {k / len(rg):.0%} (Wilson 95 % {lo:.0%}-{hi:.0%})"
         )
-        k = sum(r["verdict"] == VERDICT_WORSE for r in rg)
+        k = sum(r["verdict"] in FAILS for r in rg)
         lo, hi = wilson(k, len(rg))
         lines.append(
             f"regression: overall verdict worse (any gated metric) {k}/{len(rg)} = {k / len(rg):.0%} (Wilson 95 % {lo:.0%}-{hi:.0%})"
@@ -293,6 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--scale", type=float, default=1.10, help="candidate ttft_scale in regression trials"
     )
+    p.add_argument(
+        "--candidate-preset",
+        default="",
+        help="regression candidate's simulator preset, e.g. vllm-0.29-v2 for the upgrade "
+        "trade-off (with --scale 1.0); default: --preset",
+    )
+    p.add_argument("--blocks", type=int, default=4, help="interleaved mode: blocks per side")
     p.add_argument(
         "--mode", default="simultaneous", choices=("simultaneous", "sequential", "interleaved")
     )

@@ -299,11 +299,11 @@ def test_tail_only_blowup_shows_on_p95_but_does_not_gate_by_default(tmp_path, ba
     b = _tail_blowup(tmp_path, base)
     cmp = compare_runs(base, b)
     p95 = _row(cmp, "overall", "ttft_p95")
-    assert p95.verdict == VERDICT_WORSE and not p95.gated and "ttft_shift" in p95.note
+    assert p95.verdict == VERDICT_WORSE and not p95.gated and "between-instance" in p95.note
     shift = _row(cmp, "overall", "ttft_shift")
     assert shift.gated and shift.change == 0.0 and shift.verdict == VERDICT_SAME
     assert cmp.verdict == VERDICT_SAME and cmp.exit_code == 0
-    assert "not gated; ttft_shift gates" in cmp.render_text()
+    assert "no between-instance estimate" in cmp.render_text()
 
 
 def test_tail_only_blowup_gates_when_p95_is_named(tmp_path, base, capsys):
@@ -317,7 +317,7 @@ def test_tail_only_blowup_gates_when_p95_is_named(tmp_path, base, capsys):
     html = tmp_path / "c.html"
     assert main_compare([str(base), str(b), "--html", str(html)]) == 0
     page = html.read_text()
-    assert "What gates:" in page and "--threshold ttft_p95=10" in page
+    assert "What gates:" in page and "--threshold tpot_p95=10" in page
     capsys.readouterr()
 
 
@@ -349,10 +349,11 @@ def test_throughput_and_cached_ratio_gate_only_when_named_or_unpaired(tmp_path, 
     for metric in ("output_throughput", "cached_ratio", "itl_shift"):
         row = _row(cmp, "overall", metric)
         assert not row.gated and row.threshold is not None and row.verdict != "insufficient data"
+    for metric in ("output_throughput", "cached_ratio", "ttft_p95", "tpot_p95"):
         assert metric in cmp.gating
     assert not _row(cmp, "overall", "completed_sessions").gated
-    assert _row(cmp, "overall", "itl_p95").note == "not gated; name it to gate"
-    assert _row(cmp, "overall", "ttft_p95").note == "not gated; ttft_shift gates"
+    assert _row(cmp, "overall", "itl_p95").note.startswith("per-chunk detail")
+    assert "between-instance" in _row(cmp, "overall", "ttft_p95").note
     for metric in ("session_success_ratio", "error_ratio", "e2e_shift"):
         assert _row(cmp, "overall", metric).gated
     named = compare_runs(base, b, {"throughput": 5, "cached_ratio": 5})
@@ -360,7 +361,8 @@ def test_throughput_and_cached_ratio_gate_only_when_named_or_unpaired(tmp_path, 
     assert _row(named, "overall", "cached_ratio").gated
     unpaired = compare_runs(base, write_run(tmp_path / "c", classes=_classes(), seed=43))
     assert _row(unpaired, "overall", "output_throughput").gated
-    assert _row(unpaired, "overall", "itl_p95").gated
+    assert _row(unpaired, "overall", "tpot_p95").gated
+    assert not _row(unpaired, "overall", "itl_p95").gated  # per-chunk: a detail
 
 
 def test_corrupt_jsonl_lines_are_counted_and_warned(tmp_path):

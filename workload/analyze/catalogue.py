@@ -16,6 +16,8 @@ VERDICT_WORSE = "worse"
 VERDICT_BETTER = "better"
 VERDICT_SAME = "no detectable change"
 VERDICT_NODATA = "insufficient data"
+# Some gated metrics worse, others better: exits like "worse" (any gated regression fails).
+VERDICT_MIXED = "mixed"
 
 LATENCIES = ("ttft", "itl", "tpot", "e2e")
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
@@ -38,7 +40,7 @@ def _metric_defs() -> dict[str, MetricDef]:
         for qn in QUANTILES:
             n = f"{lat}_{qn}"
             defs[n] = MetricDef(n, "quantile", "relative", True, "ms")
-    for lat in ("ttft", "itl", "e2e"):
+    for lat in ("ttft", "itl", "tpot", "e2e"):
         n = f"{lat}_shift"
         defs[n] = MetricDef(n, "shift", "relative", True, "ms")
     for n, worse in (
@@ -62,7 +64,21 @@ def _metric_defs() -> dict[str, MetricDef]:
 
 
 METRICS = _metric_defs()
-STEP_METRICS = ("ttft_p50", "ttft_p95", "itl_p50", "itl_p95", "e2e_p50", "e2e_p95")
+STEP_METRICS = (
+    "ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95", "itl_p50", "itl_p95", "e2e_p50", "e2e_p95",
+)  # fmt: skip
+# Rows of a slice (a class's tool-calling / free-text, streamed / not, step-range requests):
+# shown, never gated, used to say *where* a gated metric moved.
+SLICE_METRICS = (
+    "ttft_p95", "tpot_p95", "e2e_p95", "ttft_shift", "tpot_shift", "e2e_shift",
+    "spec_acceptance_length", "spec_acceptance_rate",
+)  # fmt: skip
+# Display order: per-token latency first (the headline), per-chunk ITL last (a detail).
+HEADLINE_ORDER = (
+    "tpot_shift", "tpot_p95", "ttft_shift", "ttft_p95", "e2e_shift", "e2e_p95",
+    "session_success_ratio", "tool_loop_failure_ratio", "error_ratio", "output_throughput",
+    "completed_sessions", "cached_ratio", "spec_acceptance_length", "spec_acceptance_rate",
+)  # fmt: skip
 
 
 class CompareError(AgentloadError, ValueError):
@@ -91,6 +107,13 @@ class MetricDiff:
     higher_is_worse: bool = True
     same_as: str | None = None  # scope whose gated row is this same test (then not gated)
     note: str | None = None  # why a row with a threshold does not gate
+    # How the interval was built: "bootstrap" (sessions), "blocks" (t-interval across the
+    # per-block changes of repeated blocks: between-instance), "exact" (Fisher / Clopper-Pearson
+    # on counts), "poisson" (count rates).
+    method: str = "bootstrap"
+    blocks: int = 0  # blocks behind a "blocks" interval (its t has blocks - 1 degrees of freedom)
+    counts: tuple[int, int, int, int] | None = None  # exact: (hits A, n A, hits B, n B)
+    p_value: float | None = None  # exact: Fisher's two-sided p
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}

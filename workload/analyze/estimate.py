@@ -94,6 +94,27 @@ def _ratio_parts(kind: str, rows_req: list[dict], rows_sess: list[dict]) -> tupl
 
 MIN_SAMPLES = 20  # per side, below which a metric is "insufficient data"
 
+# Ratios of independent yes/no outcomes (sessions; requests for errors), judged by an exact
+# test on their counts at any sample size (`verdict`): 100 % -> 15 % session success over
+# 26 sessions is decisive, a minimum count would call it "insufficient data".
+EXACT_RATIOS = ("error_ratio", "tool_loop_failure_ratio", "session_success_ratio")
+
+
+def _exact_counts(m: MetricDiff, name: str, sc: Scope) -> None:
+    """Fill counts, change and a spread marker for an exact-test ratio (no bootstrap)."""
+    counts = []
+    for side in (0, 1):
+        _, num, _ = _ratio_parts(name, sc.reqs[side], sc.sess[side])
+        counts.extend([int(sum(num)), len(num)])
+    xa, na, xb, nb = counts
+    if not na or not nb:
+        return
+    m.method, m.counts = "exact", (xa, na, xb, nb)
+    m.change = xb / nb - xa / na
+    pooled = (xa + xb) / (na + nb)
+    # Nothing can vary when every outcome on both sides is the same (Tarone: not counted).
+    m.se = math.sqrt(pooled * (1 - pooled) * (1 / na + 1 / nb))
+
 
 def _req_key(r: dict) -> tuple[str, int]:
     return str(r.get("session_id", "")), int(r.get("step") or 0)
@@ -233,7 +254,9 @@ def scope_metrics(
                     bs.append((W[side] @ ns_num) / (W[side] @ ns_den))
             m = MetricDiff(scope_name, n, d.unit, d.change, pt[0], pt[1], ns[0], ns[1])
             m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
-            if min(ns) >= MIN_SAMPLES and pt[0] is not None and pt[1] is not None:
+            if n in EXACT_RATIOS:
+                _exact_counts(m, n, sc)
+            elif min(ns) >= MIN_SAMPLES and pt[0] is not None and pt[1] is not None:
                 if d.change == "relative":
                     if pt[0] > 0 and pt[1] > 0:
                         m.change = pt[1] / pt[0] - 1.0

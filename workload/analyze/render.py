@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from workload.analyze.catalogue import VERDICT_NODATA, MetricDiff
+from workload.analyze.catalogue import (
+    HEADLINE_ORDER,
+    VERDICT_BETTER,
+    VERDICT_NODATA,
+    VERDICT_WORSE,
+    MetricDiff,
+)
+from workload.analyze.slices import fmt_delta, metric_label
 from workload.observe.safe import sanitize
 
 if TYPE_CHECKING:  # only for the annotation: verdict imports this module
@@ -54,10 +61,53 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+def _order(m: MetricDiff) -> tuple[int, str]:
+    i = HEADLINE_ORDER.index(m.metric) if m.metric in HEADLINE_ORDER else len(HEADLINE_ORDER)
+    return i, m.scope
+
+
+def _scope_name(scope: str) -> str:
+    return "overall" if scope == "overall" else scope.split(":", 1)[1].replace(":", " ")
+
+
+def headline(c: Comparison) -> list[str]:
+    """The 3-5 lines that decide the rollout: verdict, what got worse, where, what was not seen."""
+    gated = sorted(c.rows(gated=True), key=_order)
+    worse = [m for m in gated if m.verdict == VERDICT_WORSE]
+    better = [m for m in gated if m.verdict == VERDICT_BETTER]
+    lines = [f"VERDICT: {c.verdict.upper()} (exit {c.exit_code})"]
+
+    def items(ms: list[MetricDiff]) -> str:
+        s = ", ".join(f"{_scope_name(m.scope)} {metric_label(m)} {fmt_delta(m)}" for m in ms[:4])
+        return s + (f" (+{len(ms) - 4} more)" if len(ms) > 4 else "")
+
+    if worse:
+        lines.append("Worse (gated): " + items(worse))
+    if better:
+        lines.append("Better (gated): " + items(better))
+    if not worse and not better:
+        lines.append(f"No gated metric moved ({c.gated_count} judged).")
+    lines += [f"Where: {w}" for w in c.where[:2]]
+    shown = [
+        m
+        for m in c.metrics
+        if not m.gated and m.note and m.verdict == VERDICT_WORSE and not m.scope.startswith("step:")
+    ]
+    if shown and len(lines) < 5:
+        lines.append("Shown, not gated, worse: " + items(sorted(shown, key=_order)))
+    return lines[:5]
+
+
 def render_text(c: Comparison) -> str:
     """A console table: verdict, gated metrics, per-class detail, TTFT by step."""
     pa, pb = c.run_a.path, c.run_b.path
-    lines = [f"A (baseline):  {sanitize(pa)}", f"B (candidate): {sanitize(pb)}", ""]
+    lines = [
+        *headline(c),
+        "",
+        f"A (baseline):  {sanitize(pa)}",
+        f"B (candidate): {sanitize(pb)}",
+        "",
+    ]
     if c.fingerprint_diff:
         lines.append("What changed besides the code (fingerprint / labels):")
         lines += [
@@ -72,7 +122,7 @@ def render_text(c: Comparison) -> str:
         ]
         lines.append("")
     hdr = ["scope", "metric", "A", "B", "change [CI]", "threshold", "verdict"]
-    gated = c.rows(gated=True)
+    gated = sorted(c.rows(gated=True), key=_order)
     lines.append(
         f"Gated metrics ({c.gated_count} counted; intervals {100 * c.confidence:g} % family-wise, paired by session):"
     )
@@ -101,8 +151,11 @@ def render_text(c: Comparison) -> str:
     detail = [
         m
         for m in c.metrics
-        if not m.gated and not m.scope.startswith("step:") and m.verdict != VERDICT_NODATA
+        if not m.gated
+        and not m.scope.startswith(("step:", "slice:"))
+        and m.verdict != VERDICT_NODATA
     ]
+    detail.sort(key=lambda m: (m.scope != "overall", m.scope, _order(m)))
     lines += [
         "  " + ln
         for ln in _table(
@@ -120,6 +173,30 @@ def render_text(c: Comparison) -> str:
             ],
         )
     ]
+    moved = [
+        m
+        for m in c.metrics
+        if m.scope.startswith("slice:") and m.verdict in (VERDICT_WORSE, VERDICT_BETTER)
+    ]
+    if moved:
+        lines += ["", "Slices that moved (shown, never gated; per-metric intervals):"]
+        lines += [
+            "  " + ln
+            for ln in _table(
+                ["slice", "metric", "A", "B", "change [CI]", "verdict"],
+                [
+                    [
+                        _scope_name(m.scope),
+                        m.metric,
+                        fmt_value(m, m.a),
+                        fmt_value(m, m.b),
+                        fmt_change(m),
+                        m.verdict,
+                    ]
+                    for m in sorted(moved, key=lambda m: (m.scope, _order(m)))
+                ],
+            )  # fmt: skip
+        ]
     steps = [
         m
         for m in c.metrics
@@ -155,6 +232,28 @@ def render_text(c: Comparison) -> str:
                 for k in kinds
             ),
         ]
+    for side, name in (("b", "B"), ("a", "A")):
+        ex = c.tool_loop.get(side) or []
+        if ex:
+            lines += ["", f"First tool-loop failures in {name} (per class and step):"]
+            lines += [
+                "  " + ln
+                for ln in _table(
+                    ["class", "step", "tool", "what was wrong", "request id"],
+                    [
+                        [
+                            e["class"],
+                            str(e["step"]),
+                            str(e["tool"]),
+                            str(e["what"]),
+                            str(e["request_id"]),
+                        ]
+                        for e in ex
+                    ],
+                )  # fmt: skip
+            ]
+    if c.where[2:]:
+        lines += ["", "Where else:"] + [f"  {w}" for w in c.where[2:]]
     for w in c.warnings:
         lines.append(f"warning: {sanitize(w)}")
     for run in (c.run_a, c.run_b):

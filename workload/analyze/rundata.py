@@ -48,6 +48,9 @@ class RunData:
             f"{'s' if len(self.skipped) != 1 else ''}: {self.skipped[0]}{more}"
         )
 
+    # Interleaved side: block name -> its duration (s); session ids carry "BLOCK:" prefixes.
+    block_durations: dict[str, float | None] = field(default_factory=dict)
+
     @property
     def classes(self) -> list[str]:
         names = {r.get("user_class") or "" for r in self.requests}
@@ -141,4 +144,5 @@ def load_run(path: Path | str) -> RunData:
     run = dict(parts[0].run)
     run["blocks"] = [b.name for b in blocks]
     skipped = [w for d in parts for w in d.skipped]
-    return RunData(path, run, reqs, sess, mets, None, sum(durs) if durs else None, skipped)
+    bd = {b.name: d.duration_s for b, d in zip(blocks, parts, strict=True)}
+    return RunData(path, run, reqs, sess, mets, None, sum(durs) if durs else None, skipped, bd)

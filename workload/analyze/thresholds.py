@@ -14,9 +14,11 @@ from workload.analyze.catalogue import METRICS, CompareError
 # Thresholds in percent (relative) or percentage points (ratios); a metric
 # without a threshold is reported but does not gate.
 DEFAULT_THRESHOLDS: dict[str, float] = {
+    "tpot_shift": 10.0,
     "ttft_shift": 10.0,
     "itl_shift": 10.0,
     "e2e_shift": 10.0,
+    "tpot_p95": 10.0,
     "ttft_p95": 10.0,
     "itl_p95": 10.0,
     "e2e_p95": 10.0,
@@ -26,32 +28,48 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "output_throughput": 5.0,
     "cached_ratio": 5.0,
     "completed_sessions": 10.0,
+    "spec_acceptance_length": 10.0,
+    "spec_acceptance_rate": 5.0,
 }
 
 # Profile `compare:` field names (workload.plan.profile.CompareThresholds) -> metric names.
 _PROFILE_NAMES = {
     "ttft_p95_pct": "ttft_p95",
     "itl_p95_pct": "itl_p95",
+    "tpot_p95_pct": "tpot_p95",
+    "spec_acceptance_length_pct": "spec_acceptance_length",
+    "spec_acceptance_rate_pp": "spec_acceptance_rate",
     "e2e_p95_pct": "e2e_p95",
     "throughput_pct": "output_throughput",
     "session_success_pp": "session_success_ratio",
     "cached_ratio_pp": "cached_ratio",
 }
 
-# With paired runs these are shown (with threshold and verdict) but gate only when a
-# --threshold flag names them: between two instances of the same server on the same
-# traffic they differ by more than any within-run interval allows
-# (docs/canary-verdict-quality.md: per-request ITL shifts of ~10 %, and throughput -23 % / -42 %,
-# completed sessions -26 % / -42 % and cached-ratio drops when one instance falls into a
-# KV preemption cascade). A slower server still shows in the gated ttft/e2e shifts.
-# Unpaired runs gate them as before.
-PAIRED_REPORT_ONLY = frozenset(
-    {"itl_shift", "output_throughput", "cached_ratio", "completed_sessions"}
+# Metrics that two instances of the same server, on the same traffic, disagree on by more
+# than any within-run interval allows (docs/canary-verdict-quality.md: tail percentiles moved
+# by start-up waves and preemption cascades, throughput -23 % / -42 %, completed sessions
+# -26 % / -42 %, cached-ratio drops). With paired runs they gate only on a between-instance
+# interval: repeated blocks (interleaved canary, >= MIN_BLOCKS per side) give one change per
+# block, and the t-interval across blocks holds both sampling noise and instance divergence.
+# With a single block there is no such estimate: they are shown, and gate only when a flag
+# names them. Unpaired runs gate them as before.
+BETWEEN_INSTANCE = frozenset(
+    {f"{lat}_{q}" for lat in ("ttft", "tpot", "e2e") for q in ("p50", "p95", "p99")}
+    | {"output_throughput", "cached_ratio", "completed_sessions"}
 )
+# Kept for callers of the old name: what does not gate with paired single-block runs.
+PAIRED_REPORT_ONLY = BETWEEN_INSTANCE | {"itl_shift"}
+# Blocks per side from which the between-instance interval is used (t with >= 3 df).
+MIN_BLOCKS = 4
+# Per-chunk ITL is a shown detail, gated only when named: under speculative decoding one chunk
+# carries several tokens, so halved draft acceptance makes chunks smaller and their gaps
+# shorter ("better" per-chunk ITL) while every token takes longer (TPOT +25 % on the
+# simulator). TPOT, per token from the server's token counts, is the headline instead.
+PER_CHUNK = frozenset({"itl_shift", "itl_p50", "itl_p95", "itl_p99"})
 
 # A profile's percentile threshold also sets the paired shift's (the shift is what gates
 # when runs pair, so a profile's "10 % TTFT" must reach it).
-_SHIFT_OF = {f"{lat}_p95": f"{lat}_shift" for lat in ("ttft", "itl", "e2e")}
+_SHIFT_OF = {f"{lat}_p95": f"{lat}_shift" for lat in ("ttft", "itl", "tpot", "e2e")}
 
 
 def _pct(v: Any) -> float:

@@ -20,14 +20,16 @@ Method (docs/canary.md, "Verdict method"):
   few requests in the tail (start-up waves, preemption cascades), which moves
   p95 by more than 10 % with no change in the server; the paired median does
   not move for that, and a real slowdown of every request moves it fully
-  (docs/canary-verdict-quality.md). When the runs pair, the percentile rows
-  (p50/p95/p99) are shown with their intervals and verdicts but do not gate
-  unless a flag names them (`--threshold ttft_p95=10`); when the runs do not
-  pair (different seed or profile) there is no shift, and the percentiles with
-  a threshold gate as before. With paired runs, `itl_shift`,
-  `output_throughput`, `cached_ratio` and `completed_sessions` are likewise
-  shown but gate only when named (PAIRED_REPORT_ONLY: two instances of the same
-  server differ on them by more than their within-run intervals).
+  (docs/canary-verdict-quality.md). TPOT (per output token) is the headline
+  latency; per-chunk ITL (`itl_*`) is a detail gated only when named, because
+  under speculative decoding a chunk carries several tokens.
+* Between-instance metrics (thresholds.BETWEEN_INSTANCE: percentiles, throughput,
+  completed sessions, cached ratio): with paired runs they gate only on a
+  t-interval across >= MIN_BLOCKS interleaved blocks (workload.analyze.blocks),
+  which holds instance divergence; with one block they are shown, not gated,
+  unless a flag names them. Unpaired runs gate them as before.
+* Session success, tool-loop failure and error ratios use Fisher's exact test
+  on their counts (any n), with a Newcombe/Clopper-Pearson interval.
 * Changes: relative (B/A − 1) for percentiles, counts and acceptance length,
   computed on the log scale; absolute (percentage points) for ratios. The
   interval is the normal interval from the bootstrap standard error.
@@ -44,25 +46,29 @@ Method (docs/canary.md, "Verdict method"):
   bit-identical) from being called regressions on long runs; with a run long
   enough that the standard error of the change is ≤ T/4.3, a true change of T
   is flagged with ≥ 90 % probability.
-* Overall: worse if any gated metric is worse, else better if any is better,
-  else no detectable change. Exit code 3 on worse, else 0.
+* Overall: mixed if gated metrics moved both ways, worse if any is worse, else
+  better if any is better, else no detectable change. Exit code 3 on worse or
+  mixed, else 0. Slices (workload.analyze.slices) say where a change happened.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy import stats as _sps
 
+from workload.analyze.blocks import apply_block_intervals
 from workload.analyze.bootstrap import Scope
 from workload.analyze.catalogue import (
     METRICS,
+    SLICE_METRICS,
     STEP_METRICS,
     VERDICT_BETTER,
+    VERDICT_MIXED,
     VERDICT_NODATA,
     VERDICT_SAME,
     VERDICT_WORSE,
@@ -73,13 +79,23 @@ from workload.analyze.estimate import scope_metrics
 from workload.analyze.render import render_text as _render_text
 from workload.analyze.rundata import RunData, load_run
 from workload.analyze.serverinfo import error_kinds, server_summary, spec_histogram
+from workload.analyze.slices import gates_in_slice, slice_filters, spec_lines, where_lines
 from workload.analyze.thresholds import (
-    PAIRED_REPORT_ONLY,
+    BETWEEN_INSTANCE,
+    MIN_BLOCKS,
+    PER_CHUNK,
     explicit_gates,
     is_explicit,
     profile_compare,
     resolve_thresholds,
     threshold_for,
+)
+from workload.analyze.traffic import (
+    VALIDATED_S,
+    divergence_line,
+    history_divergence,
+    tool_loop_examples,
+    traffic_differences,
 )
 from workload.errors import EXIT_OK as EXIT_PASS
 from workload.errors import EXIT_REGRESSION
@@ -104,10 +120,14 @@ class Comparison:
     gated_count: int
     verdict: str = VERDICT_SAME
     gating: str = ""  # one sentence: which metrics gate and why
+    blocks: int = 0  # blocks per side behind the between-instance intervals (0/1: none)
+    where: list[str] = field(default_factory=list)  # slices that moved, spec-decode hints
+    tool_loop: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # first failures
+    divergence: dict[str, Any] | None = None  # history: actual, how far the traffic diverged
 
     @property
     def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.verdict == VERDICT_WORSE else EXIT_PASS
+        return EXIT_REGRESSION if self.verdict in (VERDICT_WORSE, VERDICT_MIXED) else EXIT_PASS
 
     def rows(self, scope: str | None = None, *, gated: bool | None = None) -> list[MetricDiff]:
         return [
@@ -129,11 +149,17 @@ class Comparison:
                 "n_boot": self.n_boot,
                 "gated_metrics": self.gated_count,
                 "rule": "worse: interval above 0 and change >= threshold/2; intervals of gated "
-                "metrics Bonferroni-adjusted over gated metrics; paired cluster bootstrap over sessions",
+                "metrics Bonferroni-adjusted over gated metrics; paired cluster bootstrap over "
+                "sessions, t-interval across blocks for between-instance metrics with "
+                f">= {MIN_BLOCKS} blocks, Fisher exact test for session/error ratios",
                 "gating": self.gating,
             },
             "thresholds": self.thresholds,
             "warnings": self.warnings,
+            "blocks": self.blocks,
+            "where": self.where,
+            "tool_loop_examples": self.tool_loop,
+            "traffic_divergence": self.divergence,
             "fingerprint_diff": self.fingerprint_diff,
             "metrics": [m.to_dict() for m in self.metrics],
             "error_kinds": self.error_kinds,
@@ -146,18 +172,52 @@ class Comparison:
         return _render_text(self)
 
 
-def _judge(m: MetricDiff, z: float) -> None:
-    """Fill ci and verdict from change/se/threshold (see module docstring)."""
+def _exact_interval(m: MetricDiff, tail: float) -> tuple[float, float]:
+    """Newcombe's interval for pB - pA from Clopper-Pearson (exact) intervals per side."""
+    xa, na, xb, nb = m.counts or (0, 1, 0, 1)
+    level = 1 - 2 * tail
+    la, ua = _sps.binomtest(xa, na).proportion_ci(level, method="exact")
+    lb, ub = _sps.binomtest(xb, nb).proportion_ci(level, method="exact")
+    pa, pb = xa / na, xb / nb
+    d = pb - pa
+    return d - math.hypot(pb - lb, ua - pa), d + math.hypot(ub - pb, pa - la)
+
+
+def _judge(m: MetricDiff, tail: float) -> None:
+    """Fill ci and verdict from change/se/threshold (see module docstring).
+
+    `tail` is the one-sided error share (alpha / 2, Bonferroni-divided for gated rows).
+    Bootstrap rows use the normal quantile, block rows Student's t with blocks - 1 df,
+    exact rows Fisher's test (significance) and Newcombe/Clopper-Pearson (interval).
+    """
     if m.change is None or m.se is None or not math.isfinite(m.se):
         m.verdict = VERDICT_NODATA
         return
-    half = z * m.se
-    if m.change_kind == "relative":
-        lc = math.log1p(m.change)
-        lo, hi = math.expm1(lc - half), math.expm1(lc + half)
+    if m.method == "exact" and m.counts:
+        lo, hi = _exact_interval(m, tail)
+        xa, na, xb, nb = m.counts
+        m.p_value = float(_sps.fisher_exact([[xb, nb - xb], [xa, na - xa]])[1])
+        significant = m.p_value < 2 * tail and m.change != 0
+        if not significant:  # the interval must then include 0 (Fisher decides, not Newcombe)
+            lo, hi = min(lo, 0.0), max(hi, 0.0)
+        elif m.change > 0:
+            lo = max(lo, 1e-12)
+        else:
+            hi = min(hi, -1e-12)
+        m.ci = (lo, hi)
     else:
-        lo, hi = m.change - half, m.change + half
-    m.ci = (lo, hi)
+        q = (
+            float(_sps.t.ppf(1 - tail, m.blocks - 1))
+            if m.method == "blocks" and m.blocks >= 2
+            else float(_sps.norm.ppf(1 - tail))
+        )
+        half = q * m.se
+        if m.change_kind == "relative":
+            lc = math.log1p(m.change)
+            lo, hi = math.expm1(lc - half), math.expm1(lc + half)
+        else:
+            lo, hi = m.change - half, m.change + half
+        m.ci = (lo, hi)
     if m.threshold is None:
         m.verdict = (
             VERDICT_SAME
@@ -168,10 +228,10 @@ def _judge(m: MetricDiff, z: float) -> None:
     sign = 1.0 if m.higher_is_worse else -1.0
     worse_lo, worse_hi = sorted((sign * lo, sign * hi))
     worse_pt = sign * m.change
-    half = m.threshold / 2.0
-    if worse_lo > 0 and worse_pt >= half:
+    half_t = m.threshold / 2.0
+    if worse_lo > 0 and worse_pt >= half_t:
         m.verdict = VERDICT_WORSE
-    elif worse_hi < 0 and worse_pt <= -half:
+    elif worse_hi < 0 and worse_pt <= -half_t:
         m.verdict = VERDICT_BETTER
     else:
         m.verdict = VERDICT_SAME
@@ -196,11 +256,6 @@ def _drop_duplicate_gates(metrics: list[MetricDiff]) -> None:
             and (m.n_a, m.n_b, m.a, m.b, m.threshold) == (o.n_a, o.n_b, o.a, o.b, o.threshold)
         ):
             m.gated, m.same_as = False, "overall"
-
-
-def _traffic_key(run: dict) -> tuple[Any, Any]:
-    prof = run["profile"] if isinstance(run.get("profile"), dict) else {}
-    return run.get("seed", prof.get("seed")), run.get("profile_name", prof.get("name"))
 
 
 def compare_runs(
@@ -230,16 +285,22 @@ def compare_runs(
     explicit = explicit_gates(thresholds)
     warnings: list[str] = []
     paired = True
-    ka, kb = _traffic_key(a.run), _traffic_key(b.run)
-    if ka != kb and a.run and b.run:
+    differs = traffic_differences(a.run, b.run)
+    if differs:
         paired = False
-        warnings.append(f"traffic differs (seed/profile A={ka} B={kb}); sessions not paired")
+        warnings.append(f"traffic differs ({'; '.join(differs)}); sessions not paired")
     if not a.requests or not b.requests:
         warnings.append("a run has no request rows")
     classes = sorted(set(a.classes) | set(b.classes))
     dur = (a.duration_s, b.duration_s)
     if not (dur[0] and dur[1]):
         warnings.append("run duration unknown; counts compared as totals")
+    short = min((d for d in dur if d), default=None)
+    if short is not None and short < 0.9 * VALIDATED_S:  # a 60 s run lasts 56-59 s
+        warnings.append(
+            f"run length {short:.0f} s is shorter than the {VALIDATED_S:.0f} s the verdict was "
+            "validated at (mixed on the simulator): the start-up wave is a larger share of it"
+        )
 
     rng = np.random.default_rng(seed)
     metrics: list[MetricDiff] = []
@@ -265,53 +326,75 @@ def compare_runs(
                 metrics += scope_metrics(
                     f"step:{cls}:{k}", sc, list(STEP_METRICS), rng, n_boot, dur
                 )
+            for label, keep in slice_filters(ra, rb):
+                sc = Scope([r for r in ra if keep(r)], [r for r in rb if keep(r)], [], [], paired)
+                metrics += scope_metrics(
+                    f"slice:{cls}:{label}", sc, list(SLICE_METRICS), rng, n_boot, dur
+                )
+    n_blocks = apply_block_intervals(metrics, a, b, scopes, paired, rng)
 
     for m in metrics:
-        step = m.scope.startswith("step:")
-        t = threshold_for(th, "class:" + m.scope.split(":")[1] if step else m.scope, m.metric)
+        local = m.scope.startswith(("step:", "slice:"))
+        t = threshold_for(th, "class:" + m.scope.split(":")[1] if local else m.scope, m.metric)
         if t is not None:
-            m.threshold = t / 100.0  # per-step rows use it for the T/2 floor but do not gate
-            m.gated = not step
-    by_key = {(m.scope, m.metric): m for m in metrics}
+            m.threshold = t / 100.0  # step/slice rows use it for the T/2 floor
+            m.gated = not local or (
+                m.scope.startswith("slice:") and gates_in_slice(m.scope, m.metric)
+            )
     for m in metrics:
         if m.gated and METRICS[m.metric].kind == "shift" and not m.paired_share:
             m.gated, m.note = False, "runs do not pair: the percentiles gate"
-    # Paired data: percentiles, and the metrics that two instances of the same server
-    # disagree on, are shown but gate only when a flag names them (report-only set first,
-    # so a percentile's note knows whether its shift gates).
-    demote = [
-        m
-        for m in metrics
-        if m.gated and m.paired_share and not is_explicit(explicit, m.scope, m.metric)
-    ]
-    for m in demote:
-        if m.metric in PAIRED_REPORT_ONLY:
-            m.gated, m.note = False, "not gated by default; name it to gate"
-    for m in demote:
-        if METRICS[m.metric].kind == "quantile":
-            shift = by_key.get((m.scope, m.metric.split("_")[0] + "_shift"))
-            if shift is not None and shift.paired_share:
-                why = f"{shift.metric} gates" if shift.gated else "name it to gate"
-                m.gated, m.note = False, f"not gated; {why}"
+    for m in metrics:
+        if not m.gated or is_explicit(explicit, m.scope, m.metric):
+            continue
+        if m.metric in PER_CHUNK:
+            # Under spec decode a chunk carries several tokens: per-chunk gaps shrink when
+            # acceptance falls. TPOT (per token) gates instead.
+            m.gated, m.note = False, "per-chunk detail; TPOT gates (name it to gate)"
+        elif m.paired_share and m.metric in BETWEEN_INSTANCE and m.method != "blocks":
+            # Paired single-block runs: no between-instance estimate for these.
+            why = (
+                f"needs >= {MIN_BLOCKS} interleaved blocks per side"
+                if n_blocks < MIN_BLOCKS
+                else f"fewer than {MIN_BLOCKS} blocks with data on both sides"
+            )
+            m.gated, m.note = (
+                False,
+                f"not gated: no between-instance estimate ({why}; name it to gate)",
+            )
     _drop_duplicate_gates(metrics)
     alpha = 1.0 - confidence
     # Tarone: only gated metrics that can vary count towards the Bonferroni divisor.
     k = sum(1 for m in metrics if m.gated and m.se is not None and math.isfinite(m.se) and m.se > 0)
     k = max(1, k)
-    z_gated = float(_sps.norm.ppf(1 - alpha / (2 * k)))
-    z_plain = float(_sps.norm.ppf(1 - alpha / 2))
     for m in metrics:
-        _judge(m, z_gated if m.gated or m.same_as or m.note else z_plain)
+        _judge(m, alpha / (2 * k) if m.gated or m.same_as or m.note else alpha / 2)
     gated = [m for m in metrics if m.gated]
-    if any(m.verdict == VERDICT_WORSE for m in gated):
+    any_worse = any(m.verdict == VERDICT_WORSE for m in gated)
+    any_better = any(m.verdict == VERDICT_BETTER for m in gated)
+    if any_worse and any_better:
+        verdict = VERDICT_MIXED
+    elif any_worse:
         verdict = VERDICT_WORSE
-    elif any(m.verdict == VERDICT_BETTER for m in gated):
+    elif any_better:
         verdict = VERDICT_BETTER
     else:
         verdict = VERDICT_SAME
     nodata = [f"{m.scope} {m.metric}" for m in gated if m.verdict == VERDICT_NODATA]
     if nodata:
         warnings.append("not enough data to judge: " + ", ".join(nodata))
+    divergence = None
+    hist = {
+        (r.run.get("profile") or {}).get("history")
+        if isinstance(r.run.get("profile"), dict)
+        else None
+        for r in (a, b)
+    }
+    if "actual" in hist:
+        divergence = history_divergence((a.requests, b.requests), (a.sessions, b.sessions))
+        warnings.append(divergence_line(divergence))
+    where = where_lines(metrics) + spec_lines(metrics)
+    loops = {"a": tool_loop_examples(a.requests), "b": tool_loop_examples(b.requests)}
 
     ek = {"a": error_kinds(a, scopes), "b": error_kinds(b, scopes)}
     server = {"a": server_summary(a.metrics), "b": server_summary(b.metrics)}
@@ -326,34 +409,47 @@ def compare_runs(
     }
     return Comparison(
         a, b, metrics, fingerprint_diff(a.run, b.run), ek, server, spec, warnings,
-        confidence, n_boot, th, k, verdict, _gating_sentence(metrics),
+        confidence, n_boot, th, k, verdict, _gating_sentence(metrics, n_blocks),
+        n_blocks, where, loops, divergence,
     )  # fmt: skip
 
 
-def _gating_sentence(metrics: list[MetricDiff]) -> str:
-    """One sentence for the verdict box: which latency metrics gate, and why."""
+def _gating_sentence(metrics: list[MetricDiff], blocks: int = 0) -> str:
+    """One or two sentences for the verdict box: which metrics gate, and why."""
     gated = [m for m in metrics if m.gated]
     shifts = sorted({m.metric for m in gated if METRICS[m.metric].kind == "shift"})
     pcts = sorted({m.metric for m in gated if METRICS[m.metric].kind == "quantile"})
-    shown = sorted({m.metric for m in metrics if m.note and m.note.startswith("not gated")})
+    by_blocks = sorted({m.metric for m in gated if m.method == "blocks"})
+    held = sorted({m.metric for m in metrics if m.note and "between-instance" in m.note})
+    out = []
     if shifts:
-        s = (
+        out.append(
             f"Latency gates on the paired shift ({', '.join(shifts)}: median over the requests "
-            "both runs served of B/A), which a slowdown of every request moves but a few "
-            "requests changing places in the tail does not"
+            "both runs served of B/A; TPOT, per output token, is the headline, per-chunk ITL a "
+            "detail because spec-decode chunks carry several tokens)"
         )
-        if shown:
-            s += (
-                f"; {', '.join(shown)} are shown but do not gate, because two instances of the "
-                "same server differ on them by more than their intervals (name one to gate it, "
-                "e.g. --threshold ttft_p95=10)"
-            )
-        if pcts:
-            s += f"; {', '.join(pcts)} gate because a threshold flag names them"
-        return s + "."
-    if pcts:
-        return (
-            f"The runs do not pair (different seed or profile), so latency gates on the "
-            f"percentiles ({', '.join(pcts)})."
+    elif pcts:
+        out.append(
+            f"The runs do not pair (different traffic), so latency gates on the percentiles "
+            f"({', '.join(pcts)})"
         )
-    return "No latency metric gates."
+    else:
+        out.append("No latency metric gates")
+    named = [x for x in pcts if x not in by_blocks]
+    if shifts and named:
+        out.append(f"{', '.join(named)} gate because a threshold flag names them")
+    if by_blocks:
+        out.append(
+            f"{', '.join(by_blocks)} gate on a t-interval across {blocks} blocks per side, "
+            "which holds the divergence between two instances of a server"
+        )
+    elif held:
+        out.append(
+            f"{', '.join(held)} (tails and work done) are shown but not gated: with "
+            f"{'one block' if blocks <= 1 else f'{blocks} blocks'} per side"
+            f"{' (too few with data)' if blocks >= MIN_BLOCKS else ''} there is no "
+            "between-instance estimate, and two instances of the same server differ on them by "
+            f"more than a within-run interval knows (interleave >= {MIN_BLOCKS} blocks, or name "
+            "one, e.g. --threshold tpot_p95=10)"
+        )
+    return "; ".join(out) + "."

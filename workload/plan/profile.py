@@ -225,6 +225,20 @@ class RequestSpec(_M):
             "--enable-auto-tool-choice on the server."
         ),
     )
+    structured_every: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Scripted mode: on every step k with k % N == 0 that plans a tool call, send "
+            "tool_choice 'required' or named (structured_choice) instead, so the server "
+            "constrains the reply to a tool call (structured output; exercises e.g. a "
+            "spec-decode fallback for structured outputs). Null: never. Actual mode ignores it."
+        ),
+    )
+    structured_choice: Literal["required", "named"] = Field(
+        "named",
+        description="tool_choice on structured_every steps: 'required' or the planned tool.",
+    )
 
 
 class Timeouts(_M):
@@ -263,6 +277,15 @@ class CompareThresholds(_M):
     ttft_p95_pct: float = Field(10.0, ge=0, description="Allowed TTFT p95 increase (%).")
     itl_p95_pct: float = Field(10.0, ge=0, description="Allowed ITL p95 increase (%).")
     e2e_p95_pct: float = Field(10.0, ge=0, description="Allowed E2E p95 increase (%).")
+    tpot_p95_pct: float = Field(
+        10.0, ge=0, description="Allowed TPOT (per output token) p95 and paired shift increase (%)."
+    )
+    spec_acceptance_length_pct: float = Field(
+        10.0, ge=0, description="Allowed spec-decode mean acceptance length drop (%)."
+    )
+    spec_acceptance_rate_pp: float = Field(
+        5.0, ge=0, description="Allowed spec-decode draft acceptance rate drop (points)."
+    )
     throughput_pct: float = Field(
         5.0, ge=0, description="Allowed output-token throughput drop (%)."
     )

@@ -471,6 +471,14 @@ class Session:
                 tool_choice = spec.tool_choice
         elif actual:
             tool_choice = "auto"
+        elif expects and req.structured_every and k % req.structured_every == 0:
+            # Scripted structured-output step: the reply is constrained to a tool call (and
+            # ignored, like every scripted reply); deterministic for a seed.
+            tool_choice = (
+                {"type": "function", "function": {"name": planned_tool}}
+                if req.structured_choice == "named"
+                else "required"
+            )
         opts = BodyOptions(
             model=self._p.model,
             max_tokens=out,

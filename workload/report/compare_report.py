@@ -5,8 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workload.analyze.catalogue import VERDICT_BETTER, VERDICT_NODATA, VERDICT_WORSE, MetricDiff
-from workload.analyze.render import fmt_change, fmt_threshold, fmt_value
+from workload.analyze.catalogue import (
+    VERDICT_BETTER,
+    VERDICT_MIXED,
+    VERDICT_NODATA,
+    VERDICT_WORSE,
+    MetricDiff,
+)
+from workload.analyze.render import fmt_change, fmt_threshold, fmt_value, headline
 from workload.analyze.verdict import Comparison
 from workload.report.run_charts import run_charts
 from workload.report.views import (
@@ -44,7 +50,12 @@ def write_compare_report(comparison: Comparison, out: Path) -> Path:
     classes = sorted(set(sa.get("by_class") or {}) | set(sb.get("by_class") or {})) or [
         x for x in sorted(set(c.run_a.classes) | set(c.run_b.classes)) if x
     ]
-    detail = [m for m in c.metrics if not m.gated and not m.scope.startswith("step:")]
+    detail = [m for m in c.metrics if not m.gated and not m.scope.startswith(("step:", "slice:"))]
+    slices = [
+        m
+        for m in c.metrics
+        if m.scope.startswith("slice:") and m.verdict in (VERDICT_WORSE, VERDICT_BETTER)
+    ]
     steps = [
         m for m in c.metrics if m.scope.startswith("step:") and m.metric in ("ttft_p50", "ttft_p95")
     ]
@@ -70,9 +81,20 @@ def write_compare_report(comparison: Comparison, out: Path) -> Path:
         charts=run_charts([("A", c.run_a, sa), ("B", c.run_b, sb)], classes),
         comparison={
             "verdict": c.verdict,
-            "verdict_css": {VERDICT_WORSE: "worse", VERDICT_BETTER: "better"}.get(
-                c.verdict, "same"
-            ),
+            "verdict_css": {
+                VERDICT_WORSE: "worse",
+                VERDICT_MIXED: "worse",
+                VERDICT_BETTER: "better",
+            }.get(c.verdict, "same"),  # fmt: skip
+            # The 3-5 lines that decide the rollout, first in the page.
+            "headline": headline(c)[1:],
+            "where": c.where,
+            "slices": [_metric_row(m) for m in slices],
+            "tool_loop": [
+                (side, e["class"], e["step"], e["tool"], e["what"], e["request_id"])
+                for side in ("b", "a")
+                for e in (c.tool_loop.get(side) or [])
+            ],
             "exit_code": c.exit_code,
             "confidence": f"{100 * c.confidence:g} %",
             "gated_count": c.gated_count,

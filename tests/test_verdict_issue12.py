@@ -1,0 +1,154 @@
+"""Verdict: between-instance intervals from blocks, exact tests at small n, pairing, mixed, slices."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+
+from tests.builders import ClassSpec, write_run
+from workload.analyze.catalogue import VERDICT_MIXED, VERDICT_SAME, VERDICT_WORSE
+from workload.analyze.verdict import compare_runs
+from workload.cli.compare import main_compare
+
+
+def _row(cmp, scope, metric):
+    return next(m for m in cmp.metrics if m.scope == scope and m.metric == metric)
+
+
+def _one_class(n: int = 60, steps: int = 4) -> dict[str, ClassSpec]:
+    return {"interactive": ClassSpec(sessions=n, steps=steps)}
+
+
+def _blocks(root, scales, noise0, **kw):
+    """A side of an interleaved canary: block-i uses traffic seed i on both sides."""
+    for i, s in enumerate(scales):
+        write_run(
+            root / f"block-{i}", classes=_one_class(), traffic_seed=100 + i,
+            noise_seed=noise0 + i, ttft_scale=s, duration_s=60.0, **kw,
+        )  # fmt: skip
+    return root
+
+
+def test_blocks_gate_tails_on_the_across_block_interval(tmp_path):
+    a = _blocks(tmp_path / "a", [1.0] * 5, 10)
+    b = _blocks(tmp_path / "b", [1.4] * 5, 20)
+    cmp = compare_runs(a, b)
+    p95 = _row(cmp, "overall", "ttft_p95")
+    assert p95.gated and p95.method == "blocks" and p95.blocks == 5
+    assert p95.verdict == VERDICT_WORSE and cmp.exit_code == 3
+    assert cmp.blocks == 5 and "t-interval across 5 blocks" in cmp.gating
+    assert _row(cmp, "overall", "output_throughput").method == "blocks"
+
+
+def test_blocks_see_instance_divergence_that_the_bootstrap_does_not(tmp_path):
+    # Each candidate block is a different "instance": +-25 % on everything, mean ~0.
+    a = _blocks(tmp_path / "a", [1.0] * 4, 10)
+    b = _blocks(tmp_path / "b", [1.25, 0.8, 1.2, 0.82], 20)
+    cmp = compare_runs(a, b)
+    p95 = _row(cmp, "overall", "ttft_p95")
+    assert p95.gated and p95.method == "blocks" and p95.verdict == VERDICT_SAME
+    # A single one of those blocks, judged by the session bootstrap, looks like a regression.
+    one = compare_runs(a / "block-0", b / "block-0", {"ttft_p95": 10})
+    assert _row(one, "overall", "ttft_p95").verdict == VERDICT_WORSE
+
+
+def test_single_block_says_tails_are_not_gated(tmp_path):
+    a = write_run(tmp_path / "a", classes=_one_class())
+    b = write_run(tmp_path / "b", classes=_one_class(), noise_seed=2)
+    cmp = compare_runs(a, b)
+    assert not _row(cmp, "overall", "tpot_p95").gated
+    assert "no between-instance estimate" in cmp.gating
+
+
+def test_small_sample_session_collapse_is_decisive(tmp_path, capsys):
+    cls = {"agent": ClassSpec(sessions=26, steps=3, spec_decode=False)}
+    a = write_run(tmp_path / "a", classes=cls, duration_s=20.0)
+    b = write_run(tmp_path / "b", classes=cls, duration_s=20.0, tool_loop_failures=0.85)
+    cmp = compare_runs(a, b)
+    ss = _row(cmp, "overall", "session_success_ratio")
+    assert ss.method == "exact" and ss.gated and ss.verdict == VERDICT_WORSE
+    assert ss.p_value < 1e-6 and ss.ci[1] < 0
+    assert _row(cmp, "overall", "tool_loop_failure_ratio").verdict == VERDICT_WORSE
+    assert cmp.exit_code == 3
+    assert any("shorter than the 60 s" in w for w in cmp.warnings)
+    ex = cmp.tool_loop["b"]
+    assert ex and ex[0]["class"] == "agent" and ex[0]["step"] == 3 and ex[0]["request_id"]
+    assert main_compare([str(a), str(b)]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("VERDICT: WORSE (exit 3)")
+    assert "First tool-loop failures in B" in out
+    html = tmp_path / "c.html"
+    assert main_compare([str(a), str(b), "--html", str(html)]) == 3
+    page = html.read_text()
+    assert 'id="tool-loop"' in page and ex[0]["request_id"] in page
+    capsys.readouterr()
+
+
+def test_exact_test_a_a_small_sample_is_same(tmp_path):
+    cls = {"agent": ClassSpec(sessions=26, steps=3)}
+    a = write_run(tmp_path / "a", classes=cls, tool_loop_failures=0.1)
+    b = write_run(tmp_path / "b", classes=cls, noise_seed=3, tool_loop_failures=0.1)
+    cmp = compare_runs(a, b)
+    assert _row(cmp, "overall", "tool_loop_failure_ratio").verdict == VERDICT_SAME
+
+
+def _patch_profile(run_dir, **fields):
+    p = run_dir / "run.json"
+    run = json.loads(p.read_text())
+    run["profile"].update(fields)
+    p.write_text(json.dumps(run))
+
+
+def test_runs_pair_only_when_profile_content_matches(tmp_path):
+    a = write_run(tmp_path / "a", classes=_one_class())
+    b = write_run(tmp_path / "b", classes=_one_class(), noise_seed=2)
+    _patch_profile(b, history="actual")
+    cmp = compare_runs(a, b)
+    assert any(w.startswith("traffic differs") and "history" in w for w in cmp.warnings)
+    assert not _row(cmp, "overall", "ttft_shift").gated
+    # history: actual on both sides pairs, and says how far the traffic diverged.
+    _patch_profile(a, history="actual")
+    cmp = compare_runs(a, b)
+    assert _row(cmp, "overall", "ttft_shift").gated
+    assert cmp.divergence and any("steps/session" in w for w in cmp.warnings)
+
+
+def test_better_ttft_worse_tpot_is_mixed_and_fails(tmp_path):
+    a = write_run(tmp_path / "a", classes=_one_class(120))
+    b = write_run(tmp_path / "b", classes=_one_class(120), noise_seed=2, ttft_scale=0.6,
+                  itl_scale=1.35)  # fmt: skip
+    cmp = compare_runs(a, b)
+    assert _row(cmp, "overall", "tpot_shift").verdict == VERDICT_WORSE
+    assert _row(cmp, "overall", "ttft_shift").verdict == "better"
+    assert cmp.verdict == VERDICT_MIXED and cmp.exit_code == 3
+    text = cmp.render_text().splitlines()
+    assert text[0] == "VERDICT: MIXED (exit 3)" and text[1].startswith(
+        "Worse (gated): overall TPOT"
+    )
+    assert not _row(cmp, "overall", "itl_p95").gated
+
+
+def test_where_names_the_tool_calling_slice(tmp_path):
+    a = write_run(tmp_path / "a", classes=_one_class(150))
+    b = write_run(tmp_path / "b", classes=_one_class(150), noise_seed=2)
+    for d, slow in ((a, 1.0), (b, 1.6)):
+        path = d / "requests.jsonl"
+        rows = [orjson.loads(x) for x in path.read_bytes().splitlines()]
+        for r in rows:
+            if r["step"] in (2, 3):  # tool-calling steps, slower on B
+                r["tool_calls"] = [{"index": 0, "id": "c", "name": "read_file", "arguments": "{}",
+                                    "arguments_valid": True}]  # fmt: skip
+                if r.get("tpot_ms"):
+                    r["tpot_ms"] *= slow
+                    r["e2e_ms"] = r["ttft_ms"] + r["tpot_ms"] * 63
+        path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    cmp = compare_runs(a, b)
+    assert cmp.verdict in (VERDICT_WORSE, VERDICT_MIXED)
+    head = "\n".join(cmp.render_text().splitlines()[:5])
+    assert "interactive tool-calling steps TPOT shift +" in head
+    assert _row(cmp, "slice:interactive:tool-calling steps", "tpot_shift").gated
+    html = tmp_path / "c.html"
+    assert main_compare([str(a), str(b), "--html", str(html)]) == 3
+    page = html.read_text()
+    assert 'id="headline"' in page and "tool-calling steps" in page

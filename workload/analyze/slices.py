@@ -1,0 +1,123 @@
+"""Where a change happened: slices of a class by request kind, and the sentences naming them.
+
+A slice is the requests of one class that share a kind: tool-calling or free text
+(a (session, step) counts as tool-calling when either side's reply carried tool
+calls), streamed or not, and a step range (1-3, 4-10, 11+). Slice rows are shown,
+never gated: they say *where* a gated metric moved, and, with the per-request
+spec-decode stats, sometimes why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from workload.analyze.catalogue import VERDICT_WORSE, MetricDiff
+
+STEP_RANGES = ((1, 3, "steps 1-3"), (4, 10, "steps 4-10"), (11, 10**9, "steps 11+"))
+# Request-kind slices whose per-token shift and spec-decode acceptance gate: an upgrade can
+# change how one kind is served (vLLM 0.29's V2 runner drops drafts for structured outputs:
+# TPOT +63 % on those steps on the simulator) while the class as a whole gets faster.
+KIND_SLICES = ("tool-calling steps", "free-text steps")
+SLICE_GATED = ("tpot_shift", "spec_acceptance_length")
+
+
+def gates_in_slice(scope: str, metric: str) -> bool:
+    """Whether this slice row gates (request-kind slices, per-token shift and acceptance)."""
+    return scope.split(":", 2)[-1] in KIND_SLICES and metric in SLICE_GATED
+
+
+LABELS = {
+    "ttft": "TTFT",
+    "tpot": "TPOT",
+    "e2e": "E2E",
+    "itl": "per-chunk ITL",
+}
+
+
+def _key(r: dict) -> tuple[str, int]:
+    return str(r.get("session_id", "")), int(r.get("step") or 0)
+
+
+def _step_range(lo: int, hi: int) -> Callable[[dict], bool]:
+    return lambda r: lo <= int(r.get("step") or 0) <= hi
+
+
+def slice_filters(
+    reqs_a: list[dict], reqs_b: list[dict]
+) -> list[tuple[str, Callable[[dict], bool]]]:
+    """(label, predicate) per slice kind that splits these requests into two or more parts."""
+    tooly = {_key(r) for r in reqs_a + reqs_b if r.get("tool_calls")}
+    out: list[tuple[str, Callable[[dict], bool]]] = [
+        ("tool-calling steps", lambda r: _key(r) in tooly),
+        ("free-text steps", lambda r: _key(r) not in tooly),
+        ("streamed requests", lambda r: bool(r.get("stream", True))),
+        ("non-streamed requests", lambda r: not r.get("stream", True)),
+    ]
+    for lo, hi, label in STEP_RANGES:
+        out.append((label, _step_range(lo, hi)))
+    both = reqs_a + reqs_b
+    n = len(both)
+    return [(lab, f) for lab, f in out if 0 < sum(1 for r in both if f(r)) < n]
+
+
+def metric_label(m: MetricDiff) -> str:
+    """'TPOT p95', 'TTFT shift', 'session success' ..."""
+    base, _, q = m.metric.rpartition("_")
+    if base in LABELS:
+        return f"{LABELS[base]} {q}"
+    return m.metric.replace("_ratio", "").replace("_", " ")
+
+
+def fmt_delta(m: MetricDiff) -> str:
+    if m.change is None:
+        return "?"
+    return f"{100 * m.change:+.0f} {'%' if m.change_kind == 'relative' else 'pp'}"
+
+
+def where_lines(metrics: list[MetricDiff], limit: int = 3) -> list[str]:
+    """Sentences naming the slices where a gated regression moved most."""
+    worse = [m for m in metrics if m.gated and m.verdict == VERDICT_WORSE]
+    out: list[str] = []
+    for g in worse:
+        cls = g.scope.split(":", 1)[1] if g.scope.startswith("class:") else None
+        if g.scope.startswith("slice:"):
+            continue  # a gated slice row is named by the verdict itself
+        else:
+            cands = [
+                m
+                for m in metrics
+                if m.scope.startswith("slice:")
+                and m.metric == g.metric
+                and (cls is None or m.scope.split(":")[1] == cls)
+                and m.verdict == VERDICT_WORSE
+                and m.change is not None
+            ]
+        cands.sort(key=lambda m: -abs(m.change or 0))
+        for m in cands[:1]:
+            _, c, lab = m.scope.split(":", 2)
+            line = f"{c} {lab}: {metric_label(m)} {fmt_delta(m)}"
+            if line not in out:
+                out.append(line)
+    return out[:limit]
+
+
+def spec_lines(metrics: list[MetricDiff], limit: int = 2) -> list[str]:
+    """Spec-decode acceptance falls that explain a slowdown ('drafts disabled?')."""
+    out = []
+    rows = [
+        m
+        for m in metrics
+        if m.metric == "spec_acceptance_length"
+        and (m.scope.startswith("slice:") or m.scope.startswith("class:") or m.scope == "overall")
+        and m.verdict == VERDICT_WORSE
+        and m.a is not None
+        and m.b is not None
+    ]
+    rows.sort(key=lambda m: (m.b or 0) / (m.a or 1))
+    for m in rows[:limit]:
+        where = (
+            "all requests" if m.scope == "overall" else m.scope.split(":", 1)[1].replace(":", " ")
+        )
+        hint = ": drafts disabled?" if (m.b or 0) <= 1.05 else ""
+        out.append(f"spec-decode acceptance on {where} fell from {m.a:.2f} to {m.b:.2f}{hint}")
+    return out

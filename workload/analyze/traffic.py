@@ -1,0 +1,130 @@
+"""Whether two runs sent the same traffic, and how far it diverged where it may.
+
+* `traffic_differences`: runs pair (same session ids mean the same requests) only when
+  everything that shapes traffic matches: seed, profile name and content (history
+  mode, classes, tools; not the `compare` thresholds or the run length), `--set`
+  overrides and users.
+* `history_divergence`: with `history: actual` the replies go into the history, so
+  the two sides' traffic diverges by design; how far (steps per session, prompt
+  tokens per step, tool calls per step) tells whether like was compared with like.
+* `tool_loop_examples`: the first failing request per (class, step), to look up in
+  the server log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from typing import Any
+
+# The run length the verdict's quality was measured at (mixed, simulator:
+# docs/canary-verdict-quality.md); shorter runs are judged but flagged.
+VALIDATED_S = 60.0
+
+
+def _sets(argv: Any) -> list[str]:
+    if not isinstance(argv, list):
+        return []
+    out = []
+    for i, x in enumerate(argv):
+        if x == "--set" and i + 1 < len(argv):
+            out.append(str(argv[i + 1]))
+        elif isinstance(x, str) and x.startswith("--set="):
+            out.append(x.split("=", 1)[1])
+    return sorted(out)
+
+
+def traffic_key(run: dict) -> dict[str, Any]:
+    """What shapes a run's traffic, from run.json."""
+    raw = run.get("profile")
+    prof: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    content = {k: v for k, v in prof.items() if k not in ("compare", "description", "run")}
+    if isinstance(prof.get("run"), dict):
+        content["run"] = {k: v for k, v in prof["run"].items() if k != "duration_s"}
+    digest = hashlib.blake2b(
+        json.dumps(content, sort_keys=True, default=str).encode(), digest_size=8
+    ).hexdigest()
+    return {
+        "seed": run.get("seed", prof.get("seed")),
+        "profile": run.get("profile_name", prof.get("name")),
+        "history": prof.get("history", "scripted"),
+        "set": _sets(run.get("argv")),
+        "users": run.get("users"),
+        "profile content": digest,
+    }
+
+
+def traffic_differences(run_a: dict, run_b: dict) -> list[str]:
+    """'field A=x B=y' for every traffic-shaping field that differs (empty: runs pair)."""
+    if not run_a or not run_b:
+        return []
+    ka, kb = traffic_key(run_a), traffic_key(run_b)
+    return [f"{k} A={ka[k]} B={kb[k]}" for k in ka if ka[k] != kb[k]]
+
+
+def _mean(xs: list[float]) -> float | None:
+    return statistics.fmean(xs) if xs else None
+
+
+def history_divergence(
+    reqs: tuple[list[dict], list[dict]], sess: tuple[list[dict], list[dict]]
+) -> dict[str, dict[str, float | None]]:
+    """Per side: steps per session, prompt tokens per step, tool calls per step."""
+    out: dict[str, dict[str, float | None]] = {}
+    for side, rq, ss in (("a", reqs[0], sess[0]), ("b", reqs[1], sess[1])):
+        ok = [r for r in rq if r.get("status", "ok") == "ok"]
+        out[side] = {
+            "steps_per_session": _mean([float(s.get("steps_done") or 0) for s in ss]),
+            "prompt_tokens_per_step": _mean(
+                [float(r["prompt_tokens"]) for r in ok if r.get("prompt_tokens")]
+            ),
+            "tool_calls_per_step": _mean([float(len(r.get("tool_calls") or [])) for r in ok]),
+        }
+    return out
+
+
+def divergence_line(div: dict[str, dict[str, float | None]]) -> str:
+    """One sentence: how far the two sides' traffic diverged."""
+    parts = []
+    for k, label in (
+        ("steps_per_session", "steps/session"),
+        ("prompt_tokens_per_step", "prompt tokens/step"),
+        ("tool_calls_per_step", "tool calls/step"),
+    ):
+        va, vb = div["a"].get(k), div["b"].get(k)
+        if va is None or vb is None:
+            continue
+        rel = f" ({100 * (vb / va - 1):+.0f} %)" if va else ""
+        parts.append(f"{label} A {va:.3g} B {vb:.3g}{rel}")
+    return (
+        "history: actual, so the sides' traffic diverges by design (replies go into the "
+        "history): " + ("; ".join(parts) if parts else "no rows to measure it")
+    )
+
+
+def tool_loop_examples(reqs: list[dict], limit: int = 10) -> list[dict[str, Any]]:
+    """The first failing request per (class, step): tool, what was wrong, request id."""
+    seen: set[tuple[str, int]] = set()
+    out: list[dict[str, Any]] = []
+    bad = [r for r in reqs if r.get("tool_loop_failure") or r.get("error_kind") == "tool_loop"]
+    for r in sorted(bad, key=lambda r: float(r.get("t_start") or 0)):
+        key = (str(r.get("user_class") or ""), int(r.get("step") or 0))
+        if key in seen:
+            continue
+        seen.add(key)
+        calls = r.get("tool_calls") or []
+        tool = next((c.get("name") for c in calls if isinstance(c, dict) and c.get("name")), None)
+        out.append(
+            {
+                "class": key[0],
+                "step": key[1],
+                "tool": tool or "-",
+                "what": r.get("tool_loop_failure") or r.get("error_detail") or r.get("error_kind"),
+                "request_id": r.get("request_id"),
+                "session_id": r.get("session_id"),
+            }
+        )
+        if len(out) >= limit:
+            break
+    return out
