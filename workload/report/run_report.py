@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workload.analyze.rundata import load_run
+from workload.measure.artifacts import write_atomic
 from workload.observe.fingerprint import flatten_fingerprint
 from workload.report.run_charts import run_charts
 from workload.report.views import (
@@ -71,6 +72,5 @@ def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
         charts=run_charts([("A", data, summary)], classes),
         comparison=None,
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    write_atomic(out, page)  # never half a report, whatever stops the run
     return out
