@@ -29,6 +29,7 @@ from workload.errors import EXIT_ERRORS, exit_code_for_signal
 from workload.procs import die_with_parent
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+SAME_STOP_S = 0.25  # signals this close together are one stop
 HARD_STOP_AFTER_S = 60.0  # after a stop signal, the child gets this long to write its summary
 
 
@@ -62,7 +63,15 @@ def run_child(cmd: list[str], out: str | Path) -> int:
 
 
 def _forwarder(proc: subprocess.Popen, received: list[int]) -> Callable[[int, object], None]:
+    last = [0.0]
+
     def forward(signum: int, _frame: object) -> None:
+        now = time.monotonic()
+        if received and now - last[0] < SAME_STOP_S:
+            # The same stop twice at once (a terminal's Ctrl-C to the group and a supervisor
+            # such as `agentload canary` passing it on): one stop, not "stop at once".
+            return
+        last[0] = now
         received.append(signum)
         with contextlib.suppress(ProcessLookupError):
             if len(received) <= 2:
