@@ -96,7 +96,7 @@ def _cli(capsys, *args: str) -> tuple[int, str]:
     ("args", "message"),
     [
         (["--slo", "ttft_p95_ms=500", "--min", "8", "--max", "4"], "--min 8 is above --max 4"),
-        (["--slo", "goodput_ratio=0.9"], "did you mean request_goodput_ratio"),
+        (["--slo", "goodput_ratio=0.9"], "did you mean 'request_goodput_ratio'"),
         (["--slo", "ttft_p95_ms=500", "--factor", "1"], "factor must be"),
         (["--slo", "ttft_p95_ms=500", "--step-duration", "soon"], "bad --step-duration"),
         ([], "capacity needs at least one SLO: pass --slo or set slo in the profile"),

@@ -12,8 +12,15 @@ EXIT_ERRORS = 1  # errors above the allowed ratio
 EXIT_BAD_INPUT = 2  # bad input or an unusable target
 EXIT_SLO = 3  # an SLO violated (run)
 EXIT_REGRESSION = 3  # the candidate is worse (compare, canary)
-EXIT_SIGINT = 130  # 128 + SIGINT
-EXIT_SIGTERM = 143  # 128 + SIGTERM
+EXIT_PARTIAL = 1  # the run is incomplete: a worker was lost mid-run (run.json "partial")
+EXIT_SIGHUP = 129  # 128 + SIGHUP: the terminal went away
+EXIT_SIGINT = 130  # 128 + SIGINT: Ctrl-C
+EXIT_SIGTERM = 143  # 128 + SIGTERM: a script or CI cancelled the run
+
+
+def exit_code_for_signal(signum: int) -> int:
+    """The conventional shell exit status of a run ended by signal `signum` (128 + signum)."""
+    return 128 + int(signum)
 
 
 class AgentloadError(Exception):

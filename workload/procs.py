@@ -38,6 +38,19 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
     return _preexec
 
 
+def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:
+    """Ask Linux to send `sig` to this process when its parent dies (a forked Locust worker
+    whose master was killed); False where that is not available."""
+    fn = die_with_parent(sig)
+    if fn is None:
+        return False
+    try:
+        fn()
+    except OSError:
+        return False
+    return True
+
+
 def stop_child(
     proc: subprocess.Popen,
     *,

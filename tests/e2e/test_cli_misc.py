@@ -94,6 +94,10 @@ def test_plain_locust_headless(tmp_path: Path) -> None:
     assert run["seed"] == 4 and run["profile_name"] == "e2e_chat"
     assert len(read_records(out, "requests")) == 2 * 3
     assert (out / "report.html").exists()
+    # Locust prints its table every 2 s here: agentload says how to see its progress lines,
+    # and its own last line comes after Locust's final table.
+    assert "add --only-summary" in p.stdout
+    assert p.stdout.strip().splitlines()[-1].startswith(f"agentload: artifacts in {out}")
 
 
 def test_own_locustfile_around_agentload_sessions(tmp_path: Path) -> None:

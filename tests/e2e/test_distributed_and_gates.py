@@ -54,6 +54,12 @@ def test_slo_violation_exits_3_with_junit(tmp_path: Path) -> None:
     assert len(cases) == 2
     assert sum(1 for c in cases if c.find("failure") is not None) == 1
     assert "FAIL chat: ttft_p95_ms" in p.stdout
+    # The last line says why (issue 13): the exit code and the failed SLO.
+    assert (
+        p.stdout.strip()
+        .splitlines()[-1]
+        .startswith("agentload: exit 3: 1 SLO failed: chat.ttft_p95_ms")
+    )
 
 
 def test_slo_pass_exits_0(tmp_path: Path) -> None:
@@ -70,3 +76,5 @@ def test_errors_above_ratio_exit_1(tmp_path: Path) -> None:
     assert p.returncode == 1, p.stdout + p.stderr
     overall = json.loads((out / "run.json").read_text())["summary"]["overall"]
     assert overall["errors_by_kind"]["http_status"] == overall["requests"] > 0
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith("agentload: exit 1: error ratio 100.0 % > 1 % (max_error_ratio)"), last

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
+import time
 from pathlib import Path
 
 from workload import __version__
 from workload.errors import (
     EXIT_BAD_INPUT,
-    EXIT_ERRORS,
     EXIT_SIGINT,
     AgentloadError,
     ProfileError,
@@ -19,7 +17,6 @@ from workload.errors import (
     UsageError,
 )
 from workload.measure import artifacts
-from workload.procs import die_with_parent, stop_child
 from workload.run.spec import (
     ArgParser,
     RunSpec,
@@ -48,12 +45,13 @@ def resolve_run(argv: list[str]) -> RunSpec:
 
 def cmd_run(argv: list[str]) -> int:
     from workload.locust.command import locust_argv
+    from workload.run.checks import check_out_dir, check_workers
 
     spec = resolve_run(argv)
     run_id = artifacts.new_run_id()
     out = Path(spec.out) if spec.out else artifacts.default_out_dir(run_id)
-    if (out / "run.json").exists():
-        raise UsageError(f"--out {out} already holds a run; choose another directory")
+    check_workers(spec.workers)
+    check_out_dir(out, overwrite=spec.overwrite)
     spec = spec.replace(run_id=run_id, out=str(out))
     sim = None
     try:
@@ -74,7 +72,9 @@ def cmd_run(argv: list[str]) -> int:
                 flush=True,
             )
         preflight(spec)
-        return _run_child(locust_argv(spec))
+        from workload.run.stop import run_child
+
+        return run_child(locust_argv(spec), out)
     finally:
         if sim is not None:
             sim.stop()
@@ -86,12 +86,27 @@ def preflight(spec: RunSpec) -> None:
     from workload.plan.sessions import SessionPlanner
     from workload.plan.tokens import TokenizerUnavailable, get_tokenizer
 
+    # Bounded: a target slower to answer than the run is long cannot be measured by it.
+    timeout_s = min(PROBE_TIMEOUT_S, max(spec.duration_s, 1.0))
+    started = time.monotonic()
     try:
         facts = probe_target(
-            spec.host, os.environ.get(spec.api_key_env) or None, spec.model or None
+            spec.host, os.environ.get(spec.api_key_env) or None, spec.model or None, timeout_s
         )
     except SetupError as e:
+        took = time.monotonic() - started
+        if took >= timeout_s * 0.9:
+            raise UsageError(
+                f"{spec.host}/v1/models did not answer within {timeout_s:g}s "
+                f"(the run is {spec.duration_s:g}s): is the target overloaded or --host wrong?"
+            ) from None
         raise UsageError(str(e)) from None
+    took = time.monotonic() - started
+    if took > spec.duration_s:
+        raise UsageError(
+            f"{spec.host}/v1/models took {took:.1f}s, longer than the run ({spec.duration_s:g}s): "
+            "use a longer --duration or check the target"
+        )
     if spec.tokenizer != "tiktoken":
         return  # the server tokenizer is checked where it is built (inside the run)
     try:
@@ -107,22 +122,7 @@ def preflight(spec: RunSpec) -> None:
         raise UsageError(str(e)) from None
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt()
-
-
-def _run_child(cmd: list[str]) -> int:
-    # SIGTERM (CI cancelling a job) ends the run like Ctrl-C: Locust writes its artifacts
-    # and the embedded simulator is stopped by the caller's finally.
-    signal.signal(signal.SIGTERM, _interrupt)
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    proc = subprocess.Popen(cmd, env=env, preexec_fn=die_with_parent())  # noqa: PLW1509
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        code = stop_child(proc, timeout_s=30)
-        return EXIT_ERRORS if code < 0 else code
+PROBE_TIMEOUT_S = 10.0  # the longest agentload waits for GET /v1/models before a run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentload: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
-        print("agentload: interrupted", file=sys.stderr)
+        # Ctrl-C before the run started (loading, probing, starting the simulator).
+        print(f"agentload: exit {EXIT_SIGINT}: interrupted before the run started", file=sys.stderr)
         return EXIT_SIGINT
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import gevent
 
 from workload.errors import EXIT_BAD_INPUT, AgentloadError
-from workload.locust import arrivals, webui
+from workload.locust import arrivals, stopping, webui
 from workload.locust import options as options_mod
 from workload.locust.runtime import MSG_USER_DONE, AgentRuntime
 from workload.measure import artifacts
@@ -29,6 +29,7 @@ def register(events: Any) -> None:
     events.test_start.add_listener(_on_test_start)
     events.test_stop.add_listener(_on_test_stop)
     events.quitting.add_listener(_on_quitting)
+    events.quit.add_listener(_on_quit)
 
 
 def _fail_setup(environment: Any, message: str) -> None:
@@ -81,6 +82,7 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
     from workload.locust.runtime import role_of
 
     role = role_of(environment)
+    stopping.install_signal_handlers(environment, role)
     try:
         spec = _spec_for(environment, role, previous)
     except AgentloadError as e:
@@ -106,7 +108,17 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
                 flush=True,
             )
             if getattr(opts, "headless", False) and rt.spec.progress_interval > 0:
-                rt.progress = gevent.spawn(_progress_loop, rt)
+                if getattr(opts, "only_summary", False):
+                    rt.progress = gevent.spawn(_progress_loop, rt)
+                else:
+                    # Locust's own table every 2 s would bury our lines: say how to see them.
+                    print(
+                        "agentload: progress lines are off while Locust prints its stats "
+                        "table; add --only-summary to see agentload's progress instead",
+                        flush=True,
+                    )
+            if role == "master":
+                rt.watcher = stopping.watch_workers(environment, rt.started_wall)
         rt.open_loop = arrivals.start_open_loop(rt)
     except AgentloadError as e:
         _fail_setup(environment, str(e))
@@ -173,9 +185,10 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
     rt = environment.agentload
     if rt is None:
         return
-    prog = getattr(rt, "progress", None)
-    if prog is not None:
-        prog.kill(block=False)
+    for name in ("progress", "watcher"):
+        greenlet = getattr(rt, name, None)
+        if greenlet is not None:
+            greenlet.kill(block=False)
     if rt.open_loop is not None:
         rt.open_loop.stop()  # before the writers close: cancelled sessions record themselves
         rt.open_loop = None
@@ -214,12 +227,56 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
     if rt.role == "worker":
         rt.close()
         return
-    if rt.planner is None:  # setup failed: nothing ran
+    stop = stopping.state_of(environment)
+    if rt.planner is None:  # setup failed or never finished: nothing ran
         rt.close()
+        if stop.signum is not None:
+            environment.process_exit_code = stop.exit_code
+        elif not environment.process_exit_code:
+            # Set-up (probing the target, the tokenizer) outlasted the run: never exit 0 silently.
+            print(
+                f"agentload: error: set-up did not finish within the run's "
+                f"{rt.spec.duration_s:g}s (the target's /v1/models or /tokenize answered too "
+                "slowly); no traffic was sent: check the target or use a longer --duration",
+                file=sys.stderr,
+                flush=True,
+            )
+            environment.process_exit_code = EXIT_BAD_INPUT
         return
     code = _finish(rt)
-    if environment.process_exit_code is None or environment.process_exit_code == 0:
+    if stop.signum is not None or not environment.process_exit_code:
         environment.process_exit_code = code
+    if rt.spec.argv:
+        # Under `agentload run` our table is the run's table: Locust's (which counts no
+        # cancelled requests) would follow it with a different count.
+        logging.getLogger("locust.stats_logger").disabled = True
+
+
+def _on_quit(exit_code: int = 0, **_kw: Any) -> None:
+    """After Locust's own final table (plain `locust -f`): explain its count, then our last line."""
+    for rt in list(_DEFERRED):
+        _DEFERRED.remove(rt)
+        locust_count = _locust_request_count(rt)
+        ours = rt.total.overall.counters
+        if locust_count is not None and locust_count != ours["requests"]:
+            print(
+                f"agentload: Locust's table above counts {locust_count} requests, agentload "
+                f"{ours['requests']}: {ours['cancelled']} cancelled when the run stopped are "
+                "recorded only by agentload",
+                flush=True,
+            )
+        if rt.last_line:
+            print(rt.last_line, flush=True)
+
+
+_DEFERRED: list[AgentRuntime] = []
+
+
+def _locust_request_count(rt: AgentRuntime) -> int | None:
+    try:
+        return int(rt.env.runner.stats.total.num_requests)
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def _finish(rt: AgentRuntime) -> int:
@@ -231,5 +288,17 @@ def _finish(rt: AgentRuntime) -> int:
     rt.finalized = True
     rt.stop_observers()
     rt.ended_iso = rt.ended_iso or artifacts.iso_now()
-    rt.exit_code = finalize_run(rt.spec, rt.measured())
+    stop = stopping.state_of(rt.env)
+    stop.finishing = True
+    m = rt.measured()
+    m.stop_signal = stop.signum
+    m.lost_workers = list(stop.lost_workers)
+    m.settle = rt.role == "master"
+    # Plain `locust -f` prints its own table after ours: our last line goes after it.
+    m.defer_last_line = not rt.spec.argv and rt.env.web_ui is None
+    rt.exit_code = finalize_run(rt.spec, m)
+    rt.total = m.total  # the aggregate that counts what was written
+    rt.last_line = m.last_line
+    if m.defer_last_line:
+        _DEFERRED.append(rt)
     return rt.exit_code

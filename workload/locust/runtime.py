@@ -74,6 +74,8 @@ class AgentRuntime:
         self.class_table: list[tuple[str, float, int | None]] = []
         self.progress: Any = None  # headless progress-line greenlet
         self.open_loop: Any = None  # workload.locust.arrivals.OpenLoop on local / worker
+        self.watcher: Any = None  # master: the lost-worker watch (workload.locust.stopping)
+        self.last_line = ""  # the console's last line, once the summary is written
         self.finalized = False
         self.exit_code = 0
 

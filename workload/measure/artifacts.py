@@ -18,6 +18,7 @@ had finished.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import secrets
@@ -82,16 +83,48 @@ class RunWriter:
         self.sessions.close()
 
 
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write a whole file atomically: a temp file beside it, flushed and synced, then renamed.
+
+    Every summary artifact (run.json, stats.json, junit.xml, report.html) is written
+    this way, so a run stopped mid-write (a second Ctrl-C, a kill) leaves either the
+    previous complete file or none, never half a file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    payload = data.encode() if isinstance(data, str) else data
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
 def write_json(path: Path, obj: Any) -> None:
     """Write JSON atomically (temp file + rename) so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(
+    write_atomic(
+        path,
         orjson.dumps(
             obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-        )
+        ),
     )
-    os.replace(tmp, path)
+
+
+def count_lines(run_dir: Path, kind: str) -> int:
+    """Complete lines in `kind`*.jsonl ('requests' | 'sessions'), over every worker's file."""
+    n = 0
+    for p in Path(run_dir).glob(f"{kind}*.jsonl"):
+        with open(p, "rb") as fh:
+            for line in fh:
+                if line.endswith(b"\n") and line.strip():
+                    n += 1
+    return n
 
 
 def read_json(path: Path) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workload.analyze.rundata import RunData, load_run
+from workload.measure.artifacts import write_atomic
 from workload.report.charts import Chart
 from workload.report.run_charts import agent_charts, run_charts
 from workload.report.run_views import (
@@ -119,6 +120,5 @@ def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
         charts=_charts(data, summary, classes),
         comparison=None,
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    write_atomic(out, page)  # never half a report, whatever stops the run
     return out

@@ -1,7 +1,9 @@
 """End of a run: evaluate SLOs, write run.json / stats.json / junit.xml / report, pick the exit code.
 
-Exit codes (README "CI usage"): 0 pass, 1 errors above the allowed ratio,
-2 bad input or unusable target, 3 an SLO violated.
+Exit codes (docs/ci.md): 0 pass, 1 errors above the allowed ratio or a worker
+lost (the run is partial), 2 bad input or unusable target, 3 an SLO violated,
+129 / 130 / 143 stopped by SIGHUP / SIGINT / SIGTERM (artifacts complete).
+The console's last line always says which and why.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workload.errors import EXIT_BAD_INPUT, EXIT_ERRORS, EXIT_OK, EXIT_SLO
+from workload.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_ERRORS,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_SLO,
+    exit_code_for_signal,
+)
 from workload.measure import artifacts
 
 log = logging.getLogger("agentload")
@@ -31,6 +40,11 @@ class Measured:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     target: dict[str, Any] = field(default_factory=dict)
     users: int | None = None  # the user count at the end (the start form may change it)
+    stop_signal: int | None = None  # the signal that stopped the run (None: it ran its course)
+    lost_workers: list[dict[str, Any]] = field(default_factory=list)  # {worker, at, t_s, why}
+    settle: bool = False  # wait for workers' last lines before counting them (distributed)
+    defer_last_line: bool = False  # the caller prints `last_line` itself (after Locust's table)
+    last_line: str = ""  # "agentload: exit N: why; artifacts in DIR"
 
 
 def exit_code_for(error_ratio: float | None, max_error_ratio: float, slo_results: list[Any]) -> int:
@@ -43,14 +57,20 @@ def exit_code_for(error_ratio: float | None, max_error_ratio: float, slo_results
 
 
 def finalize_run(spec: Any, m: Measured) -> int:
-    """Write the run's summary artifacts (spec: a workload.run.spec.RunSpec); return the exit code."""
+    """Write the run's summary artifacts (spec: a workload.run.spec.RunSpec); return the exit code.
+
+    The summary counts what the JSONL files hold (`workload.run.reconcile`); every file is
+    written atomically; the console's last line gives the exit code and why.
+    """
     from workload.measure import slo
     from workload.observe import metrics
     from workload.report.console import console_table
+    from workload.run.reconcile import reconcile
 
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
-    agg = m.total
+    agg = reconcile(m.total, out, m.slos, wait=m.settle)
+    m.total = agg
     summary = agg.summary()
     slos = m.slos
     try:
@@ -58,9 +78,16 @@ def finalize_run(spec: Any, m: Measured) -> int:
     except ValueError as e:
         print(f"agentload: error: bad SLO: {e}", file=sys.stderr)
         slo_results = []
-        code = EXIT_BAD_INPUT
+        code, why = EXIT_BAD_INPUT, f"bad SLO: {e}"
     else:
         code = exit_code_for(slo.error_ratio(summary), spec.max_error_ratio, slo_results)
+        why = outcome_reason(code, slo.error_ratio(summary), spec.max_error_ratio, slo_results)
+    partial_reason = _partial_reason(m.lost_workers)
+    if partial_reason and code in (EXIT_OK, EXIT_SLO):
+        code, why = EXIT_PARTIAL, f"partial run: {partial_reason}"
+    if m.stop_signal:
+        code = exit_code_for_signal(m.stop_signal)
+        why = f"interrupted ({_signame(m.stop_signal)})"
 
     samples = metrics.read_samples(out / "metrics.jsonl")
     scrape = metrics.scrape_summary(samples) if samples else {"absent": ["/metrics (not scraped)"]}
@@ -79,8 +106,8 @@ def finalize_run(spec: Any, m: Measured) -> int:
         summary["stages"] = load["stages"]["stages"]
     _fill_system_fingerprint(m.fingerprint, out)
     artifacts.write_json(out / "stats.json", agg.to_dict())
-    (out / "junit.xml").write_text(
-        slo.junit_xml(slo_results, suite_name=f"agentload.{spec.profile.name}")
+    artifacts.write_atomic(
+        out / "junit.xml", slo.junit_xml(slo_results, suite_name=f"agentload.{spec.profile.name}")
     )
     run = {
         "schema_version": artifacts.SCHEMA_VERSION,
@@ -105,7 +132,12 @@ def finalize_run(spec: Any, m: Measured) -> int:
         "stages": load["stages"],
         "slos": slos,
         "slo_results": [r.to_json() for r in slo_results],
+        "stopped_by": _signame(m.stop_signal) if m.stop_signal else "end of run",
+        "partial": bool(partial_reason),
+        "partial_reason": partial_reason,
+        "lost_workers": list(m.lost_workers),
         "exit_code": code,
+        "exit_reason": why,
     }
     artifacts.write_json(out / "run.json", run)
     try:
@@ -123,8 +155,60 @@ def finalize_run(spec: Any, m: Measured) -> int:
         print(line, flush=True)
     for r in slo_results:
         print(("  PASS " if r.passed else "  FAIL ") + r.message, flush=True)
-    print(f"agentload: artifacts in {out}  (exit {code})", flush=True)
+    m.last_line = last_line(code, why, out)
+    if not m.defer_last_line:
+        print(m.last_line, flush=True)
     return code
+
+
+def last_line(code: int, why: str, out: Path) -> str:
+    """The console's last line: the exit code, why, and where the artifacts are."""
+    if code == EXIT_OK:
+        return f"agentload: artifacts in {out}  (exit 0)"
+    if code > 128:
+        return f"agentload: exit {code}: {why}; artifacts complete in {out}"
+    return f"agentload: exit {code}: {why}; artifacts in {out}"
+
+
+def outcome_reason(
+    code: int, error_ratio: float | None, max_error_ratio: float, slo_results: list[Any]
+) -> str:
+    """Why `exit_code_for` chose `code`, in a few words."""
+    if code == EXIT_ERRORS and error_ratio is not None:
+        return (
+            f"error ratio {100 * error_ratio:.1f} % > {100 * max_error_ratio:g} % (max_error_ratio)"
+        )
+    failed = [r for r in slo_results if not r.passed]
+    if code == EXIT_SLO and failed:
+        parts = []
+        for r in failed[:3]:
+            if r.observed is None:
+                parts.append(f"{r.class_name}.{r.metric} has no samples")
+            else:
+                parts.append(
+                    f"{r.class_name}.{r.metric} {r.observed:.4g} "
+                    f"{'>' if r.bound == '<=' else '<'} {r.threshold:g}"
+                )
+        more = ", ..." if len(failed) > 3 else ""
+        noun = "SLO" if len(failed) == 1 else "SLOs"
+        return f"{len(failed)} {noun} failed: {', '.join(parts)}{more}"
+    return "ok"
+
+
+def _partial_reason(lost: list[dict[str, Any]]) -> str | None:
+    if not lost:
+        return None
+    which = ", ".join(f"worker {w.get('worker')} at t+{w.get('t_s')}s" for w in lost)
+    return f"{len(lost)} worker(s) lost ({which}); later load is missing"
+
+
+def _signame(signum: int | None) -> str:
+    import signal
+
+    try:
+        return signal.Signals(int(signum or 0)).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _fill_system_fingerprint(fingerprint: dict[str, Any], out: Path) -> None:

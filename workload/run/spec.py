@@ -35,6 +35,10 @@ from workload.errors import ProfileError, UsageError
 # ---------------------------------------------------------------------------------------------
 # value parsers (each raises UsageError with one line naming the flag)
 
+MIN_DURATION_S = 1.0  # Locust's run time is whole seconds: shorter would round to "no limit"
+MAX_DURATION_S = 30 * 86400.0
+MAX_SEED = 2**63 - 1
+
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 
 
@@ -48,7 +52,16 @@ def parse_duration(text: str) -> float:
     total = h * 3600 + mi * 60 + s
     if total <= 0:
         raise UsageError(f"bad --duration {text!r}: it must be longer than 0s")
+    if total > MAX_DURATION_S:
+        raise UsageError(f"bad --duration {text!r}: at most {MAX_DURATION_S / 86400:g} days")
     return total
+
+
+def check_duration(seconds: float, source: str) -> float:
+    """A run length agentload can keep: at least MIN_DURATION_S (Locust counts whole seconds)."""
+    if seconds < MIN_DURATION_S:
+        raise UsageError(f"bad {source} {seconds:g}s: the shortest run is {MIN_DURATION_S:g}s")
+    return seconds
 
 
 def check_host(url: str) -> str:
@@ -121,9 +134,19 @@ def _seed(value: Any) -> int | None:
     if not text:
         return None
     try:
-        return int(text)
+        seed = int(text)
     except ValueError:
         raise UsageError(f"bad --seed {text!r}: it must be an integer") from None
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"bad --seed {text}: it must be between 0 and 2**63-1")
+    return seed
+
+
+def _port(value: Any) -> int:
+    n = _whole("--web-port", 1)(value) or 8089
+    if n > 65535:
+        raise UsageError(f"bad --web-port {n}: a port is at most 65535")
+    return n
 
 
 def _max_error_ratio(value: Any) -> float | None:
@@ -260,11 +283,14 @@ OPTIONS: tuple[Option, ...] = (
            "simulator engine setting (no --host only), e.g. ttft_scale=1.1",
            metavar="KEY=VALUE", repeat=True, default=(), parse=_items, locust=()),
     Option("out", ("--out",), "run directory (default runs/<run id>)", web=True, canary=False),
+    Option("overwrite", ("--overwrite",),
+           "replace the run already in --out (default: refuse to mix two runs in one directory)",
+           default=False, switch=True, parse=_flag, locust=(), canary=False),
     Option("server_log", ("--server-log",), "vLLM server log file to fingerprint", canary=False),
     Option("web", ("--web",), "open Locust's web UI instead of running headless",
            default=False, switch=True, parse=_flag, locust=()),
     Option("web_port", ("--web-port",), "web UI port (with --web)", default="8089",
-           parse=lambda v: _whole("--web-port", 1)(v) or 8089, locust=()),
+           parse=_port, locust=()),
     # Locust-only: set by `agentload run` through the spec, or by hand on plain `locust`.
     Option("run_id", (), "run id (default: a new one)", dest="agent_run_id", locust=("--run-id",)),
     Option("argv", (), "(internal) the agentload command line", dest="agent_argv",
@@ -393,6 +419,7 @@ class RunSpec:
     # Wall-clock start of the arrival schedules (set by the master / local process at test
     # start, so every worker plays the one global schedule from the same instant).
     arrival_t0: float = 0.0
+    overwrite: bool = False  # --overwrite: replace the run already in --out
     # The raw option values this was resolved from (the start form is compared with them).
     options: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -451,7 +478,11 @@ def resolve_spec(values: Mapping[str, Any], *, load_profile: Any = None) -> RunS
     profile = apply_arrival(profile, typed)
     run = profile.run
     users = typed["users"] or int(run.users)
-    duration_s = typed["duration_s"] or _stages_total(run) or float(run.duration_s)
+    duration_s = check_duration(
+        typed["duration_s"] or _stages_total(run) or float(run.duration_s),
+        "--duration" if typed["duration_s"] else "profile run.duration_s",
+    )
+    check_slos(typed["slo_overrides"], list(profile.classes))
     from workload.plan.load_model import closed_users, is_open_loop
 
     if is_open_loop(profile) and not typed["users"]:
@@ -495,6 +526,7 @@ def resolve_spec(values: Mapping[str, Any], *, load_profile: Any = None) -> RunS
         at_cap=typed["at_cap"],
         locust_args=tuple(a for a in values.get("locust_args") or () if a != "--"),
         options={k: v for k, v in values.items() if k in BY_NAME and k != "spec"},
+        overwrite=typed["overwrite"],
     )
 
 
@@ -555,3 +587,12 @@ def apply_arrival(profile: Any, typed: Mapping[str, Any]) -> Any:
 
 def _process_text(spec: Any) -> str:
     return f"gamma:{spec.cv:g}" if spec.process == "gamma" else str(spec.process)
+
+
+def check_slos(overrides: dict[str, dict[str, float]], classes: list[str]) -> None:
+    """--slo names known metrics and the profile's classes (checked before any traffic)."""
+    from workload.measure.slo import check_slo_overrides
+
+    problems = check_slo_overrides(overrides, classes)
+    if problems:
+        raise UsageError("; ".join(problems))

@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from workload.procs import stop_child
+from workload.procs import die_with_parent, stop_child
 
 _READY = re.compile(r"agentload-sim listening on (http://\S+)")
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
@@ -75,6 +75,7 @@ class SimProcess:
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - never outlive `agentload run`
         )
         deadline = time.monotonic() + self.startup_timeout_s
         try:
