@@ -59,6 +59,8 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         environment.runner.register_message(MSG_USER_DONE, _on_user_done)
     if environment.web_ui is not None:
         webui.install(environment)
+        webui.prefill_form(environment)
+        webui.announce(environment)
 
 
 def _on_user_done(environment: Any, msg: Any, **_kw: Any) -> None:
@@ -101,6 +103,8 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
             )
             if getattr(opts, "headless", False) and rt.spec.progress_interval > 0:
                 rt.progress = gevent.spawn(_progress_loop, rt)
+            if environment.web_ui is not None:
+                webui.start_history(environment, rt)
     except AgentloadError as e:
         _fail_setup(environment, str(e))
 
@@ -169,6 +173,8 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
     prog = getattr(rt, "progress", None)
     if prog is not None:
         prog.kill(block=False)
+    if environment.web_ui is not None:
+        webui.stop_history(environment, rt)
     if rt.role == "worker":
         if rt.writer is not None:
             rt.writer.close()
