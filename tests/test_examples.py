@@ -137,7 +137,8 @@ def _expand_ellipsis(commands: list[Command]) -> list[Command]:
         if "..." in words and key in last:
             rest = c.text.split("...", 1)[1]
             c = Command(c.source, f"{last[key]}{rest}")
-        last[key] = c.text
+        else:
+            last[key] = c.text
         out.append(c)
     return out
 
@@ -274,14 +275,18 @@ def test_documented_command_runs(
         if a.endswith("-log") and a.startswith("--"):
             (tmp_path / argv[i + 1]).touch()
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path, env=env)
+    p = subprocess.run(
+        argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path, env=env
+    )
     said = (
         f"{command.source}: {command.text}\nran: {shlex.join(argv)}\nexit {p.returncode}\n"
         f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     )
+    for log in sorted((tmp_path / "runs").glob("*/*.log")):  # a canary's sides
+        said += f"\n--- {log.relative_to(tmp_path)}:\n{log.read_text(errors='replace')[-2000:]}"
     if argv[3:4] in (["compare"], ["canary"]):
         assert p.returncode in (0, 3), said
-    elif argv[3:4] == ["run"] and p.returncode == 3:
+    elif (argv[3:4] == ["run"] or argv[1:3] == ["-m", "locust"]) and p.returncode == 3:
         _only_short_run_slo_misses(argv, p.stdout, tmp_path, said)
     else:
         assert p.returncode == 0, said
@@ -295,7 +300,8 @@ def _only_short_run_slo_misses(argv: list[str], stdout: str, cwd: Path, said: st
     m = re.search(r"agentload: artifacts in (\S+)", stdout)
     assert m, said
     run = json.loads((cwd / m.group(1) / "run.json").read_text())
-    profile = argv[argv.index("--profile") + 1] if "--profile" in argv else "quickstart"
+    flag = "--profile" if "--profile" in argv else "--agent-profile"
+    profile = argv[argv.index(flag) + 1] if flag in argv else "quickstart"
     classes = set(load_profile(profile, []).classes) | {"*"}  # "*": overall
     failed = [r for r in run["slo_results"] if not r["passed"]]
     assert failed, said

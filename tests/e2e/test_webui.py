@@ -344,11 +344,16 @@ def test_agentload_run_web_url_prefill_fresh_out_charts_and_folding(tmp_path: Pa
                 _wait_for("three points per chart line", lambda: _charts_drawn(page) >= 2 * 3, 30)
                 titles = page.locator("#agentload-charts figcaption").all_inner_texts()
                 assert titles[:2] == ["TTFT p95 (ms)", "TPOT p95 (ms)"] and len(titles) == 6
-                for shot in (tmp_path / "agent_charts.png", SHARED_SHOTS / "web13-agent-charts.png"):
+                for shot in (
+                    tmp_path / "agent_charts.png",
+                    SHARED_SHOTS / "web13-agent-charts.png",
+                ):
                     page.screenshot(path=str(shot), full_page=True)
 
                 page.get_by_role("button", name="Stop").click()
-                first = _wait_for("the first run.json", lambda: list(tmp_path.glob("runs/*/run.json")), 20)
+                first = _wait_for(
+                    "the first run.json", lambda: list(tmp_path.glob("runs/*/run.json")), 20
+                )
                 # A second start from the form: a new run id and directory.
                 page.get_by_role("button", name="New").click()
                 page.get_by_text("Custom parameters").click()

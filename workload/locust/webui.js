@@ -71,6 +71,7 @@
         set(tr, "data-al-step", null);
         set(tr, "data-al-hidden", null);
         set(tr, "data-al-fold", withSteps.has(name) ? (open.has(name) ? "open" : "closed") : null);
+        set(tr, "title", withSteps.has(name) ? "Click to show or hide this class's steps" : null);
       }
     }
   }

@@ -136,7 +136,9 @@ def web_url(opts: Any) -> str:
         host = "127.0.0.1"
     elif ":" in host:
         host = f"[{host}]"
-    scheme = "https" if getattr(opts, "tls_cert", None) and getattr(opts, "tls_key", None) else "http"
+    scheme = (
+        "https" if getattr(opts, "tls_cert", None) and getattr(opts, "tls_key", None) else "http"
+    )
     base = str(getattr(opts, "web_base_path", "") or "")
     return f"{scheme}://{host}:{getattr(opts, 'web_port', 8089)}{base}"
 
