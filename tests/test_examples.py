@@ -12,7 +12,7 @@ is listed.
 Substitutions (`rewrite`), mechanical and the same for every command:
 - `agentload` -> `python -m workload.cli`; `locust` -> `python -m locust`, and a
   locustfile path is taken from the repository;
-- `--duration`/`--run-time` -> 5s (added to `agentload run`/`canary` when absent),
+- `--duration`/`--run-time` -> 10s (added to `agentload run`/`canary` when absent),
   `--users` -> 2 (added when absent), `--spawn-rate` -> 2, `--workers` at most 2,
   `--blocks` -> 2;
 - `--host`, `--baseline`, `--candidate` and `$TARGET` -> one shared simulator
@@ -25,7 +25,7 @@ Substitutions (`rewrite`), mechanical and the same for every command:
 Expected exit: 0, except `compare`/`canary`, which may also say "regression" (3):
 both sides are the same simulator, so the verdict is noise; the command worked.
 `agentload run` may exit 3 only when every failed SLO is one of its profile's classes
-with no samples: agent sessions with tool pauses do not finish in a 5 s run (an SLO
+with no samples: agent sessions with tool pauses do not finish in a 10 s run (an SLO
 for a class the profile lacks is never excused: that is the copied gate that always
 fails).
 """
@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 MARKDOWN = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 EXAMPLES = sorted((REPO / "examples").glob("*.yml"))
 TIMEOUT_S = 150
-SHORT = "5s"
+SHORT = "10s"  # mixed/coding-agent need a few seconds before their first answers
 
 # Commands not run here: (pattern at the start of the command, why).
 NOT_RUN: list[tuple[str, str]] = [
@@ -215,9 +215,9 @@ def test_rewrite_shortens_and_points_at_the_simulator() -> None:
         "http://127.0.0.1:9",
     )
     assert argv[1:] == ["-m", "workload.cli", "run", "--host", "http://127.0.0.1:9",
-                        "--profile", "mixed", "--users", "2", "--duration", "5s",
+                        "--profile", "mixed", "--users", "2", "--duration", "10s",
                         "--workers", "2", "--label", "commit=ci-value"]  # fmt: skip
-    assert rewrite("agentload run", "x")[3:] == ["run", "--duration", "5s", "--users", "2",
+    assert rewrite("agentload run", "x")[3:] == ["run", "--duration", "10s", "--users", "2",
                                                   "--sim-preset", "fast"]  # fmt: skip
 
 
@@ -254,7 +254,7 @@ def finished_runs(tmp_path_factory: pytest.TempPathFactory, sim_url: str) -> Pat
     root = tmp_path_factory.mktemp("runs")
     for name, seed in (("A", "1"), ("B", "2")):
         p = subprocess.run(
-            [sys.executable, "-m", "workload.cli", "run", "--host", sim_url, "--profile", "mixed",
+            [sys.executable, "-m", "workload.cli", "run", "--host", sim_url, "--profile", "chat",
              "--duration", "4s", "--users", "2", "--seed", seed, "--out", str(root / name)],
             capture_output=True, text=True, timeout=TIMEOUT_S, cwd=REPO,
         )  # fmt: skip
