@@ -333,7 +333,14 @@ def test_agentload_run_web_url_prefill_fresh_out_charts_and_folding(tmp_path: Pa
                 assert {"All", "chat", "coder"} <= set(_visible_rows(page))
                 page.locator("tr[data-al-fold]", has_text="chat").first.click()
                 _wait_for("chat's steps shown", lambda: "chat #2" in _visible_rows(page), 5)
-                assert "coder #1" not in _visible_rows(page)
+                assert _visible_rows(page) == [
+                    "All",
+                    "chat",
+                    "chat #1",
+                    "chat #2",
+                    "chat #3",
+                    "coder",
+                ]
                 for shot in (tmp_path / "agents_open.png", SHARED_SHOTS / "web13-agents-open.png"):
                     page.screenshot(path=str(shot), full_page=True)
                 page.locator("tr[data-al-fold]", has_text="chat").first.click()

@@ -28,6 +28,7 @@
     tr[data-al-fold] td:first-child::before { content: "\\25B8  "; }
     tr[data-al-fold="open"] td:first-child::before { content: "\\25BE  "; }
     tr[data-al-step] td:first-child { padding-left: 2.2em; }
+    tr[data-al-step] td:first-child, tr[data-al-fold] td:first-child { white-space: nowrap; }
     #agentload-charts { display: flex; flex-wrap: wrap; gap: 12px; padding: 4px 0; }
     #agentload-charts figure { margin: 0; }
     #agentload-charts figcaption { font: 600 13px sans-serif; margin: 0 0 2px 4px; }

@@ -113,12 +113,16 @@ def install(environment: Any) -> None:
 
 
 def rows_for(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """Table rows: overall, each class, then each (class, step) in step order."""
+    """Table rows: overall, then each class followed by its (class, step) rows in step order
+    (webui.js folds a class's step rows under it)."""
     from workload.report.console import step_rows, view_row
 
+    steps: dict[str, list[dict[str, Any]]] = {}
+    for label, v in step_rows(summary):
+        steps.setdefault(label.rpartition(" #")[0], []).append(view_row(label, v) | {"goodput": ""})
     rows = [_row("All", summary["overall"])]
-    rows += [_row(name, v) for name, v in summary.get("by_class", {}).items()]
-    rows += [view_row(label, v) | {"goodput": ""} for label, v in step_rows(summary)]
+    for name, v in summary.get("by_class", {}).items():
+        rows += [_row(name, v), *steps.get(name, [])]
     return rows[:500]
 
 
