@@ -200,9 +200,10 @@ def test_agents_tab_live_seed_from_form_and_restart(locust_web: LocustWeb, tmp_p
 
             _start_from_form(page, seed="7")
             page.get_by_role("tab", name="Agents").click()
-            first = _wait_for("rows in the Agents tab", lambda: _all_requests(page), 20)
+            first = _wait_for("rows in the Agents tab", lambda: _all_requests(page), 40)
+            want = {"All", "chat", "chat #1", "chat #2", "chat #3"}
+            _wait_for("every step's row", lambda: want <= set(_agents_table(page)), 10)
             table = _agents_table(page)
-            assert {"All", "chat", "chat #1", "chat #2", "chat #3"} <= set(table)
             assert "TTFT p95 (ms)" in table["All"] and table["All"]["Errors"] == "0"
             # Live: the UI's own poll brings growing counts without a reload.
             _wait_for("the request count to grow", lambda: _all_requests(page) > first, 10)
@@ -259,14 +260,14 @@ classes:
     system_prompt: {tokens: 64, share: global}
     user_turn: 32
     output: {tokens: 5}
-    think_time_s: 0
+    think_time_s: 0.1
   coder:
     weight: 1
     steps: 2
     system_prompt: {tokens: 64, share: global}
     user_turn: 32
     output: {tokens: 5}
-    think_time_s: 0
+    think_time_s: 0.1
 """
 
 
@@ -312,8 +313,8 @@ def test_agentload_run_web_url_prefill_fresh_out_charts_and_folding(tmp_path: Pa
         assert f"agentload: web UI at http://127.0.0.1:{web.port}" in web.output()
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1500, "height": 1000})
             try:
-                page = browser.new_page(viewport={"width": 1500, "height": 1000})
                 page.set_default_timeout(10_000)
                 page.goto(web.url + "/")
                 # The profile's run block fills the form; Out is blank (a new directory per run).
@@ -325,9 +326,9 @@ def test_agentload_run_web_url_prefill_fresh_out_charts_and_folding(tmp_path: Pa
 
                 page.get_by_role("button", name="Start").click()
                 page.get_by_role("tab", name="Agents").click()
-                _wait_for("rows in the Agents tab", lambda: _all_requests(page), 20)
-                table = _agents_table(page)
-                assert {"All", "chat", "coder", "chat #1", "chat #3", "coder #2"} <= set(table)
+                _wait_for("rows in the Agents tab", lambda: _all_requests(page), 40)
+                want = {"All", "chat", "coder", "chat #1", "chat #3", "coder #2"}
+                _wait_for("every step's row", lambda: want <= set(_agents_table(page)), 10)
                 # Step rows are folded away until their class row is clicked.
                 _wait_for("folded steps", lambda: "chat #1" not in _visible_rows(page), 5)
                 assert {"All", "chat", "coder"} <= set(_visible_rows(page))
@@ -362,12 +363,17 @@ def test_agentload_run_web_url_prefill_fresh_out_charts_and_folding(tmp_path: Pa
                     "the first run.json", lambda: list(tmp_path.glob("runs/*/run.json")), 20
                 )
                 # A second start from the form: a new run id and directory.
-                page.get_by_role("button", name="New").click()
+                # Writing the run's artifacts holds the UI's process for a moment.
+                _wait_for("the test to stop", lambda: _state(web.url) == "stopped", 60)
+                page.get_by_role("button", name="New").click(timeout=30_000)
                 page.get_by_text("Custom parameters").click()
                 assert page.locator("input[name=out]").input_value() == ""
                 page.get_by_role("button", name="Start").click()
                 page.get_by_role("tab", name="Agents").click()
                 _wait_for("rows after the restart", lambda: _all_requests(page), 20)
+            except BaseException:
+                page.screenshot(path=str(SHARED_SHOTS / "web13-failed.png"), full_page=True)
+                raise
             finally:
                 browser.close()
         _post(web.url + "/stop")
@@ -377,6 +383,7 @@ def test_agentload_run_web_url_prefill_fresh_out_charts_and_folding(tmp_path: Pa
         assert len(ids) == 2 and first[0] in runs
     finally:
         web.stop()
+        print(web.output()[-5000:])  # shown when the test fails
 
 
 def _history_points(url: str) -> int:

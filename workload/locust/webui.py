@@ -58,7 +58,7 @@ COLUMNS = [
 
 
 def install(environment: Any) -> None:
-    """Add the tab to the start page and our rows to every stats poll."""
+    """Add our tabs, their rows in every stats poll, the history endpoint and the script."""
     from flask import request
 
     web_ui = environment.web_ui
@@ -86,7 +86,9 @@ def install(environment: Any) -> None:
 
     @web_ui.app.after_request
     def _add_script(response):  # type: ignore[no-untyped-def]
-        if response.mimetype != "text/html" or response.status_code != 200:
+        # The start page only (Locust's downloadable HTML report must stay self-contained).
+        index = (request.endpoint or "").rpartition(".")[2] == "index"
+        if not index or response.mimetype != "text/html" or response.status_code != 200:
             return response
         page = response.get_data(as_text=True)
         if "window.templateArgs" in page and "agentload/webui.js" not in page:
