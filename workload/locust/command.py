@@ -50,7 +50,9 @@ def _form_flags(spec: RunSpec) -> list[str]:
     for o in OPTIONS:
         if not (o.web and o.locust_flags):
             continue
-        value: Any = spec.out if o.name == "out" else spec.options.get(o.name, o.default)
+        # Out only when the user named one: blank in the form means "runs/<new run id>"
+        # (the directory agentload run chose is the first run's; a restart gets its own).
+        value: Any = spec.options.get(o.name, o.default)
         if value not in (None, ""):
             out += [o.locust_flags[0], str(value)]
     return out

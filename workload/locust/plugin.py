@@ -60,6 +60,8 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         environment.runner.register_message(MSG_USER_DONE, _on_user_done)
     if environment.web_ui is not None:
         webui.install(environment)
+        webui.prefill_form(environment)
+        webui.announce(environment)
     if role != "worker":
         from workload.locust.shapes import install_shape
 
@@ -119,6 +121,8 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
                     )
             if role == "master":
                 rt.watcher = stopping.watch_workers(environment, rt.started_wall)
+            if environment.web_ui is not None:
+                webui.start_history(environment, rt)
         rt.open_loop = arrivals.start_open_loop(rt)
     except AgentloadError as e:
         _fail_setup(environment, str(e))
@@ -192,6 +196,8 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
     if rt.open_loop is not None:
         rt.open_loop.stop()  # before the writers close: cancelled sessions record themselves
         rt.open_loop = None
+    if environment.web_ui is not None:
+        webui.stop_history(environment, rt)
     if rt.role == "worker":
         if rt.writer is not None:
             rt.writer.close()

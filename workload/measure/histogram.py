@@ -8,6 +8,7 @@ the same histogram as recording every value in one process.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -151,6 +152,21 @@ class LatencyHistogram:
         h.count, h.sum_us, h.clamped = int(d["count"]), int(d["sum_us"]), int(d["clamped"])
         h.min_us, h.max_seen_us = d["min_us"], d["max_seen_us"]
         return h
+
+    def counts_copy(self) -> np.ndarray:
+        """A copy of the HDR counts (subtract two copies for the values recorded in between)."""
+        self._flush()
+        return _counts(self._hdr).copy()
+
+    def percentile_of_counts_ms(self, counts: np.ndarray, pct: float) -> float | None:
+        """A percentile of a counts array from `counts_copy` (differences too); None if empty."""
+        total = int(counts.sum())
+        if total <= 0:
+            return None
+        h = self._hdr
+        target = max(1, math.ceil(total * pct / 100.0))
+        i = int(np.searchsorted(np.cumsum(counts), target))
+        return h.get_highest_equivalent_value(h.get_value_from_index(i)) / 1000.0
 
     def bucket_counts(self) -> dict[int, int]:
         """Non-zero HDR counts by index (for exactness checks and plots)."""
