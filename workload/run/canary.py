@@ -301,6 +301,7 @@ def _startup_verdict(
     """
     from workload.measure.artifacts import write_json
 
+    pool.close()  # before comparison.json, so every record has its stop time
     failures = pool.failures or [e]
     base_ok = "baseline" not in pool.specs or any(
         r.get("ready") for r in pool.records if str(r.get("start_id")).startswith("baseline#")

@@ -52,6 +52,7 @@ DEFAULT_READY_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 30.0
 POLL_S = 0.25
 MIB = 1024 * 1024
+_MARK = "# agentload canary: "  # lines the canary writes into a server log
 
 # Log lines that say the server ran out of memory while starting (CUDA, CPU, vLLM's KV check).
 _OOM = re.compile(
@@ -270,6 +271,7 @@ def log_tail(path: Path, n: int = 8) -> str:
             lines = fh.read().decode(errors="replace").splitlines()
     except OSError:
         return ""
+    lines = [ln for ln in lines if not ln.startswith(_MARK)]  # the canary's own lines
     return "\n".join(lines[-n:])
 
 
@@ -301,9 +303,7 @@ class Server:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.spec.env}
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as fh:
-            fh.write(
-                f"# agentload canary: starting {self.start_id} at {_now()}: {shlex.join(argv)}\n".encode()
-            )
+            fh.write(f"{_MARK}starting {self.start_id} at {_now()}: {shlex.join(argv)}\n".encode())
             fh.flush()
             self.record.update({
                 "start_id": self.start_id, "cmd": argv, "host": self.spec.host, "port": self.port,
@@ -350,8 +350,8 @@ class Server:
             )  # fmt: skip
             return True
         if elapsed > self.spec.ready_timeout_s:
-            self.stop()
-            self._fail(f"not ready after {self.spec.ready_timeout_s:g} s", None)
+            code = self.stop()  # its exit status is how our stop ended it
+            self._fail(f"not ready after {self.spec.ready_timeout_s:g} s", code)
         return False
 
     def finish_memory(self, gpu: GpuMemory) -> None:
@@ -377,9 +377,7 @@ class Server:
         self.record.setdefault("stopped_at", _now())
         self.record.setdefault("exit_code", code)
         with contextlib.suppress(OSError), open(self.log, "ab") as fh:
-            fh.write(
-                f"# agentload canary: stopped {self.start_id} at {_now()} (exit {code})\n".encode()
-            )
+            fh.write(f"{_MARK}stopped {self.start_id} at {_now()} (exit {code})\n".encode())
         return code
 
 
@@ -393,7 +391,8 @@ def _exit_reason(code: int, elapsed: float, log: Path) -> str:
     tail = log_tail(log, 60)
     how = f"killed by signal {-code}" if code < 0 else f"exited {code}"
     oom = bool(_OOM.search(tail)) or code == -signal.SIGKILL
-    return f"{'out of memory at start: ' if oom else ''}{how} after {elapsed:.0f} s"
+    took = f"{elapsed:.1f}" if elapsed < 10 else f"{elapsed:.0f}"
+    return f"{'out of memory at start: ' if oom else ''}{how} after {took} s"
 
 
 def _reap_group(pgid: int, grace_s: float = 10.0) -> None:
