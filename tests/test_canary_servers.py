@@ -179,6 +179,7 @@ def test_sequential_canary_starts_measures_and_stops_each_server(tmp_path, capsy
     assert {"time_to_ready", "startup_rss"} <= names
     assert [r["start_id"] for r in cmp["canary"]["servers"]] == ["baseline#1", "candidate#1"]
     assert "startup.time_to_ready_s" in {d["field"] for d in cmp["fingerprint_diff"]}
+    assert "startup.cmd_template" not in {d["field"] for d in cmp["fingerprint_diff"]}
 
 
 @pytest.mark.parametrize(
@@ -223,3 +224,48 @@ def test_baseline_that_does_not_start_is_exit_2_and_the_candidate_never_starts(t
     assert "CUDA out of memory" in err and "Traceback" not in err
     assert not (out / "candidate" / "server.log").exists()
     assert "CUDA out of memory" in log_tail(out / "baseline" / "server.log")
+
+
+# ---- interleaved: which server serves which block ------------------------------------
+
+
+def _starts(tmp_path: Path, restart: bool) -> tuple[list[dict], Path]:
+    from tests.test_canary import FakeLauncher
+    from workload.run.canary import run_canary
+    from workload.run.servers import ServerSpec
+
+    # `sleep` stands in for a server; the probe says it is ready at once
+    specs = {s: ServerSpec(s, ("sleep", "600", "{port}")) for s in ("baseline", "candidate")}
+    out = tmp_path / ("restart" if restart else "keep")
+    code = run_canary(
+        None, None, ["--duration", "40s", "--seed", "5"], out, mode="interleaved", blocks=4,
+        launch=FakeLauncher(), servers=specs, restart_per_block=restart, html=False,
+        probe=lambda url: "/health",
+    )  # fmt: skip
+    assert code == 0
+    return json.loads((out / "comparison.json").read_text())["canary"]["servers"], out
+
+
+def test_interleaved_keeps_a_server_across_its_side_s_consecutive_blocks(tmp_path):
+    recs, out = _starts(tmp_path, restart=False)
+    # blocks run A B B A B A A B: a server starts when the side changes, never both at once
+    assert [r["start_id"] for r in recs] == [
+        "baseline#1", "candidate#1", "baseline#2", "candidate#2", "baseline#3", "candidate#3"
+    ]  # fmt: skip
+    for prev, nxt in zip(recs, recs[1:], strict=False):
+        assert _ts(prev["stopped_at"]) <= _ts(nxt["started_at"])
+    served = {
+        b: json.loads((out / side / f"block-{b}" / "run.json").read_text())["startup"]["start_id"]
+        for side in ("baseline", "candidate")
+        for b in range(4)
+        if (out / side / f"block-{b}").exists()
+    }
+    assert len(served) == 4  # block i of each side exists; both sides' blocks carry a record
+
+
+def test_interleaved_restart_per_block(tmp_path):
+    recs, out = _starts(tmp_path, restart=True)
+    assert len(recs) == 8 and all(r["ready"] and r["stopped_at"] for r in recs)
+    cmp = json.loads((out / "comparison.json").read_text())
+    ttr = next(m for m in cmp["metrics"] if m["metric"] == "time_to_ready")
+    assert ttr["n_a"] == 4 and ttr["n_b"] == 4  # one start per block, median per side

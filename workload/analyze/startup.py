@@ -54,7 +54,8 @@ STARTUP_FLOORS: dict[str, float] = {
 
 def split_startup_flags(flags: dict | None) -> tuple[dict, dict]:
     """Threshold flags -> (those for compare_runs, those for start-up metrics)."""
-    rest, mine = {}, {}
+    rest: dict = {}
+    mine: dict = {}
     for k, v in (flags or {}).items():
         base = k.split(".")[-1].removesuffix("_pct")
         (mine if base in STARTUP_METRICS else rest)[k] = v
@@ -125,25 +126,36 @@ def startup_rows(a: RunData, b: RunData, flags: dict | None = None) -> list[Metr
     return rows
 
 
+def _summary(recs: list[dict[str, Any]], key: str) -> Any:
+    """One value for the server diff: the value of a single start, else the median / the set."""
+    vals = [r.get(key) for r in recs]
+    if key == "gpu_memory_mib":
+        vals = [
+            v if v is not None else r.get("gpu_memory_note")
+            for v, r in zip(vals, recs, strict=True)
+        ]
+    vals = [" ".join(map(str, v)) if isinstance(v, list) else v for v in vals]
+    if not vals:
+        return None
+    if len(vals) == 1:
+        return vals[0]
+    nums = [v for v in vals if isinstance(v, (int, float))]
+    if len(nums) == len(vals):
+        return f"{statistics.median(nums):g} (median of {len(nums)})"
+    return ", ".join(sorted({str(v) for v in vals}))
+
+
 def startup_diff(a: RunData, b: RunData) -> list[dict[str, Any]]:
     """Rows for the server diff ({field, a, b, source_a, source_b}): the start-up facts."""
     ra, rb = startup_records(a), startup_records(b)
     if not ra and not rb:
         return []
     rows = []
-    for key in ("time_to_ready_s", "rss_mib", "gpu_memory_mib", "ready_probe", "cmd"):
-        va = [r.get(key) if key != "gpu_memory_mib" or r.get(key) is not None
-              else r.get("gpu_memory_note") for r in ra]  # fmt: skip
-        vb = [r.get(key) if key != "gpu_memory_mib" or r.get(key) is not None
-              else r.get("gpu_memory_note") for r in rb]  # fmt: skip
-        one_a = va[0] if len(va) == 1 else (va or None)
-        one_b = vb[0] if len(vb) == 1 else (vb or None)
-        if key == "cmd":
-            one_a = " ".join(one_a) if isinstance(one_a, list) else one_a
-            one_b = " ".join(one_b) if isinstance(one_b, list) else one_b
-        if one_a != one_b:
+    for key in ("time_to_ready_s", "rss_mib", "gpu_memory_mib", "ready_probe", "cmd_template"):
+        va, vb = _summary(ra, key), _summary(rb, key)
+        if va != vb:
             rows.append(
-                {"field": f"startup.{key}", "a": one_a, "b": one_b,
+                {"field": f"startup.{key}", "a": va, "b": vb,
                  "source_a": "canary", "source_b": "canary"}
             )  # fmt: skip
     return rows

@@ -48,11 +48,13 @@ from workload.errors import EXIT_BAD_INPUT, EXIT_REGRESSION, UsageError
 from workload.procs import die_with_parent, stop_child
 from workload.run.servers import (
     DEFAULT_READY_TIMEOUT_S,
+    Probe,
     ServerPool,
     ServerSpec,
     StartupFailure,
     attach_startup,
     load_servers_file,
+    probe_ready,
     split_command,
 )
 from workload.run.spec import (
@@ -191,6 +193,7 @@ def run_canary(
     launch: Launcher = _launch,
     servers: dict[str, ServerSpec] | None = None,
     restart_per_block: bool = False,
+    probe: Probe = probe_ready,
 ) -> int:
     """Run both sides, compare, write comparison.json / compare.html, print the verdict.
 
@@ -206,13 +209,16 @@ def run_canary(
             raise CanaryError(f"{out_dir / side} already holds a run; choose another --out")
     plan = traffic_plan(run_args)
     thresholds, startup_flags = split_startup_flags(thresholds)
-    pool = ServerPool(servers, out_dir) if servers else None
-    urls = dict(zip(SIDES, (baseline_url, candidate_url), strict=True))
+    pool = ServerPool(servers, out_dir, probe) if servers else None
+    given = dict(zip(SIDES, (baseline_url, candidate_url), strict=True))
     logs = dict(zip(SIDES, server_logs, strict=True))
-    for side in pool.specs if pool else ():
-        urls[side], logs[side] = pool.url(side), str(pool.logs[side])
-    for side, url in urls.items():
-        if not url:
+    urls: dict[str, str] = {}
+    for side in SIDES:
+        if pool is not None and side in pool.specs:
+            urls[side], logs[side] = pool.url(side), str(pool.logs[side])
+        elif given[side]:
+            urls[side] = str(given[side])
+        else:
             raise CanaryError(f"{side}: give --{side} URL or --{side}-cmd CMD")
     timeout = plan["duration_s"] + GRACE_S
 
@@ -357,7 +363,8 @@ def canary_argparser(prog: str = "agentload canary") -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument(
         "--ready-timeout", type=float, default=None, metavar="S",
-        help=f"seconds a started server may take to become ready (default {DEFAULT_READY_TIMEOUT_S:g})",
+        help="seconds a started server may take to become ready "
+        f"(default {DEFAULT_READY_TIMEOUT_S:g})",
     )  # fmt: skip
     p.add_argument(
         "--restart-per-block", action="store_true",

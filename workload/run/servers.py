@@ -306,13 +306,14 @@ class Server:
             fh.write(f"{_MARK}starting {self.start_id} at {_now()}: {shlex.join(argv)}\n".encode())
             fh.flush()
             self.record.update({
-                "start_id": self.start_id, "cmd": argv, "host": self.spec.host, "port": self.port,
-                "url": self.url, "log": str(self.log), "started_at": _now(),
-                "ready_timeout_s": self.spec.ready_timeout_s,
+                "start_id": self.start_id, "cmd": argv, "cmd_template": list(self.spec.argv),
+                "host": self.spec.host, "port": self.port, "url": self.url, "log": str(self.log),
+                "started_at": _now(), "ready_timeout_s": self.spec.ready_timeout_s,
             })  # fmt: skip
             self._t0 = time.monotonic()
             try:
-                self.proc = subprocess.Popen(  # noqa: PLW1509 - preexec_fn only sets the death signal
+                # preexec_fn only sets the death signal
+                self.proc = subprocess.Popen(  # noqa: PLW1509
                     argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, env=env,
                     start_new_session=True, preexec_fn=die_with_parent(),
                 )  # fmt: skip
@@ -488,9 +489,10 @@ class ServerPool:
                         continue
                     if ready:
                         srv.finish_memory(gpu)
+                        rec = srv.record
                         print(
                             f"agentload canary: {srv.spec.side} server ready after "
-                            f"{srv.record['time_to_ready_s']:.1f} s ({srv.record['rss_mib']:.0f} MiB RSS)",
+                            f"{rec['time_to_ready_s']:.1f} s ({rec['rss_mib']:.0f} MiB RSS)",
                             flush=True,
                         )
                         waiting.remove(srv)
