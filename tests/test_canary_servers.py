@@ -269,3 +269,16 @@ def test_interleaved_restart_per_block(tmp_path):
     cmp = json.loads((out / "comparison.json").read_text())
     ttr = next(m for m in cmp["metrics"] if m["metric"] == "time_to_ready")
     assert ttr["n_a"] == 4 and ttr["n_b"] == 4  # one start per block, median per side
+
+
+def test_compare_cli_shows_startup_metrics(tmp_path, capsys):
+    from workload.cli.compare import main_compare
+
+    a = _with_startup(tmp_path / "a", 60.0, 4000.0, "baseline#1")
+    b = _with_startup(tmp_path / "b", 90.0, 4000.0, "candidate#1")
+    assert main_compare([str(a), str(b), "--n-boot", "200"]) == 3
+    out = capsys.readouterr().out
+    assert "time_to_ready" in out and "startup.time_to_ready_s" in out
+    assert (
+        main_compare([str(a), str(b), "--n-boot", "200", "--threshold", "time_to_ready=off"]) == 0
+    )
