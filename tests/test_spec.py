@@ -265,3 +265,9 @@ def _alive(pid: int) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"  # a zombie is dead
     except FileNotFoundError:
         return False
+
+
+def test_require_slo_samples_is_a_run_option():
+    assert not resolve_run(["--profile", CHAT]).require_slo_samples
+    spec = resolve_run(["--profile", CHAT, "--require-slo-samples"])
+    assert spec.require_slo_samples and RunSpec.from_json(spec.to_json()).require_slo_samples

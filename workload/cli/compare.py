@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from workload.analyze.options import QuietParser, add_verdict_options, run_cli
+from workload.analyze.startup import add_startup, split_startup_flags
 from workload.analyze.thresholds import parse_threshold_flags
 from workload.analyze.verdict import compare_runs
 
@@ -27,10 +28,11 @@ def main_compare(argv: list[str]) -> int:
     """`agentload compare RUN_A RUN_B`: print the verdict, exit 0 pass / 3 regression / 2 bad input."""
 
     def body(args: argparse.Namespace) -> int:
+        flags, startup_flags = split_startup_flags(parse_threshold_flags(args.threshold))
         cmp = compare_runs(
-            args.run_a, args.run_b, parse_threshold_flags(args.threshold),
-            confidence=args.confidence, n_boot=args.n_boot,
+            args.run_a, args.run_b, flags, confidence=args.confidence, n_boot=args.n_boot,
         )  # fmt: skip
+        add_startup(cmp, startup_flags)  # canary-started servers: time to ready, memory
         print(cmp.render_text())
         if args.json:
             from workload.measure.artifacts import write_json

@@ -16,6 +16,15 @@ Modes:
   seed S+i on both sides (fresh sessions per block, paired across sides);
   blocks land in OUT/baseline/block-i and are merged by `compare` (session ids
   prefixed by block).
+
+With `--baseline-cmd` / `--candidate-cmd` (or `--servers FILE.yaml`) the canary
+starts each side's server itself (workload.run.servers): it waits until the
+server is ready, records time to ready and start-up memory in the side's
+run.json (`startup`), feeds the captured log to the fingerprint, and stops a
+side's server before the other side's starts (sequential, interleaved; a
+restart per block with `--restart-per-block`). A server that does not start is
+a verdict: "candidate failed to start: ..." (exit 3 when the baseline started,
+else 2).
 """
 
 from __future__ import annotations
@@ -32,10 +41,22 @@ from typing import Any
 
 from workload.analyze.catalogue import CompareError
 from workload.analyze.options import QuietParser, add_verdict_options, run_cli
+from workload.analyze.startup import add_startup, split_startup_flags
 from workload.analyze.thresholds import parse_threshold_flags
 from workload.analyze.verdict import compare_runs
-from workload.errors import EXIT_BAD_INPUT, UsageError
+from workload.errors import EXIT_BAD_INPUT, EXIT_REGRESSION, UsageError
 from workload.procs import die_with_parent, stop_child
+from workload.run.servers import (
+    DEFAULT_READY_TIMEOUT_S,
+    Probe,
+    ServerPool,
+    ServerSpec,
+    StartupFailure,
+    attach_startup,
+    load_servers_file,
+    probe_ready,
+    split_command,
+)
 from workload.run.spec import (
     CANARY_FORBIDDEN,
     build_run_parser,
@@ -94,6 +115,8 @@ def traffic_plan(run_args: Sequence[str]) -> dict[str, Any]:
 
 
 Launcher = Callable[[list[str], Path], subprocess.Popen]
+# One `agentload run` child: display name, command, console log, side, run directory.
+Job = tuple[str, list[str], Path, str, Path]
 
 
 def _launch(cmd: list[str], log: Path) -> subprocess.Popen:
@@ -119,14 +142,22 @@ def _wait(procs: list[tuple[str, subprocess.Popen]], timeout_s: float) -> dict[s
 
 
 def _run_sides(
-    jobs: list[list[tuple[str, list[str], Path]]], timeout_s: float, launch: Launcher
+    jobs: list[list[Job]],
+    timeout_s: float,
+    launch: Launcher,
+    before: Callable[[list[Job]], None] | None = None,
 ) -> dict[str, int]:
-    """Run job groups one after another; the jobs inside a group run at once."""
+    """Run job groups one after another; the jobs inside a group run at once.
+
+    `before(group)` runs first for each group (the canary's servers start there).
+    """
     codes: dict[str, int] = {}
     for group in jobs:
+        if before is not None:
+            before(group)
         procs = []
         try:
-            for name, cmd, log in group:
+            for name, cmd, log, *_ in group:
                 print(f"agentload canary: starting {name}", flush=True)
                 procs.append((name, launch(cmd, log)))
             codes.update(_wait(procs, timeout_s))
@@ -146,8 +177,8 @@ def _run_sides(
 
 
 def run_canary(
-    baseline_url: str,
-    candidate_url: str,
+    baseline_url: str | None,
+    candidate_url: str | None,
     run_args: Sequence[str],
     out_dir: Path,
     mode: str = "simultaneous",
@@ -160,10 +191,15 @@ def run_canary(
     n_boot: int = 1000,
     html: bool = True,
     launch: Launcher = _launch,
+    servers: dict[str, ServerSpec] | None = None,
+    restart_per_block: bool = False,
+    probe: Probe = probe_ready,
 ) -> int:
     """Run both sides, compare, write comparison.json / compare.html, print the verdict.
 
-    Returns the compare exit code (0 pass, 3 regression); raises CanaryError on bad input.
+    `servers` (side -> ServerSpec) are started by the canary; a side without one uses its URL.
+    Returns the compare exit code (0 pass, 3 regression or candidate failed to start);
+    raises CanaryError on bad input.
     """
     if mode not in MODES:
         raise CanaryError(f"bad mode {mode!r}: one of {', '.join(MODES)}")
@@ -172,13 +208,29 @@ def run_canary(
         if (out_dir / side).exists() and any((out_dir / side).iterdir()):
             raise CanaryError(f"{out_dir / side} already holds a run; choose another --out")
     plan = traffic_plan(run_args)
-    urls = dict(zip(SIDES, (baseline_url, candidate_url), strict=True))
+    thresholds, startup_flags = split_startup_flags(thresholds)
+    pool = ServerPool(servers, out_dir, probe) if servers else None
+    given = dict(zip(SIDES, (baseline_url, candidate_url), strict=True))
     logs = dict(zip(SIDES, server_logs, strict=True))
+    urls: dict[str, str] = {}
+    for side in SIDES:
+        if pool is not None and side in pool.specs:
+            urls[side], logs[side] = pool.url(side), str(pool.logs[side])
+        elif given[side]:
+            urls[side] = str(given[side])
+        else:
+            raise CanaryError(f"{side}: give --{side} URL or --{side}-cmd CMD")
     timeout = plan["duration_s"] + GRACE_S
 
-    def job(side: str, out: Path, args: Sequence[str]) -> tuple[str, list[str], Path]:
+    def job(side: str, out: Path, args: Sequence[str]) -> Job:
         name = side if out.parent == out_dir else f"{side} {out.name}"
-        return name, run_command(urls[side], out, args, logs[side]), out.with_suffix(".log")
+        return (
+            name,
+            run_command(urls[side], out, args, logs[side]),
+            out.with_suffix(".log"),
+            side,
+            out,
+        )
 
     if mode == "interleaved":
         if blocks < 2:
@@ -198,7 +250,23 @@ def run_canary(
     else:
         groups = [[job(s, out_dir / s, run_args) for s in SIDES]]
     out_dir.mkdir(parents=True, exist_ok=True)
-    _run_sides(groups, timeout, launch)
+    startups: list[tuple[Path, dict[str, Any]]] = []
+
+    def start_servers(group: list[Job]) -> None:
+        if pool is not None:
+            recs = pool.ensure([j[3] for j in group], restart=restart_per_block)
+            startups.extend((j[4], recs[j[3]]) for j in group if j[3] in recs)
+
+    try:
+        _run_sides(groups, timeout, launch, start_servers)
+    except StartupFailure as e:
+        assert pool is not None
+        return _startup_verdict(e, pool, out_dir, mode, run_args)
+    finally:
+        if pool is not None:
+            pool.close()
+        for run_dir, rec in startups:  # after the stop, so the record has its stop time
+            attach_startup(run_dir, rec)
 
     cmp = compare_runs(
         out_dir / "baseline",
@@ -207,15 +275,18 @@ def run_canary(
         confidence=confidence,
         n_boot=n_boot,
     )
+    add_startup(cmp, startup_flags)
     from workload.measure.artifacts import write_json
 
     d = cmp.to_dict()
     d["canary"] = {
         "mode": mode,
-        "baseline": baseline_url,
-        "candidate": candidate_url,
+        "baseline": urls["baseline"],
+        "candidate": urls["candidate"],
         "run_args": list(run_args),
     }
+    if pool is not None:
+        d["canary"]["servers"] = pool.records
     write_json(out_dir / "comparison.json", d)
     print(cmp.render_text())
     if html:
@@ -226,6 +297,48 @@ def run_canary(
     return cmp.exit_code
 
 
+def _startup_verdict(
+    e: StartupFailure, pool: ServerPool, out_dir: Path, mode: str, run_args: Sequence[str]
+) -> int:
+    """A server that did not start: one line per failure, comparison.json, exit 3 or 2.
+
+    3 when the candidate failed and the baseline started (the candidate is the
+    regression); 2 when the baseline did not start (nothing to compare against).
+    """
+    from workload.measure.artifacts import write_json
+
+    pool.close()  # before comparison.json, so every record has its stop time
+    failures = pool.failures or [e]
+    base_ok = "baseline" not in pool.specs or any(
+        r.get("ready") for r in pool.records if str(r.get("start_id")).startswith("baseline#")
+    )
+    for f in failures:
+        print(f"agentload canary: {f.line()}", file=sys.stderr)
+    code = (
+        EXIT_REGRESSION
+        if base_ok and all(f.side == "candidate" for f in failures)
+        else EXIT_BAD_INPUT
+    )
+    first = next((f for f in failures if f.side == "baseline"), failures[0])
+    verdict = f"{first.side} failed to start"
+    write_json(
+        out_dir / "comparison.json",
+        {
+            "schema_version": 1,
+            "verdict": verdict,
+            "exit_code": code,
+            "reason": first.reason,
+            "startup_failures": [
+                {"side": f.side, "reason": f.reason, "log_tail": f.log_tail, **f.record}
+                for f in failures
+            ],
+            "canary": {"mode": mode, "run_args": list(run_args), "servers": pool.records},
+        },
+    )
+    print(f"VERDICT: {verdict.upper()}: {first.reason} (exit {code})")
+    return code
+
+
 def canary_argparser(prog: str = "agentload canary") -> argparse.ArgumentParser:
     """Canary options; everything else is passed to both `agentload run`s unchanged."""
     p = QuietParser(
@@ -234,10 +347,29 @@ def canary_argparser(prog: str = "agentload canary") -> argparse.ArgumentParser:
         description="Run the same seeded traffic against a baseline and a candidate, then compare. "
         "Options not listed here (e.g. --profile, --users, --duration, --seed, --set) go to both runs.",
     )
-    p.add_argument("--baseline", required=True, metavar="URL", help="baseline server base URL (A)")
+    p.add_argument("--baseline", metavar="URL", help="baseline server base URL (A)")
+    p.add_argument("--candidate", metavar="URL", help="candidate server base URL (B)")
     p.add_argument(
-        "--candidate", required=True, metavar="URL", help="candidate server base URL (B)"
-    )
+        "--baseline-cmd", metavar="CMD",
+        help="start the baseline server with CMD (must contain {port}); instead of --baseline",
+    )  # fmt: skip
+    p.add_argument(
+        "--candidate-cmd", metavar="CMD",
+        help="start the candidate server with CMD (must contain {port}); instead of --candidate",
+    )  # fmt: skip
+    p.add_argument(
+        "--servers", type=Path, metavar="FILE.yaml",
+        help="server commands per side (cmd, env, host, port, ready_timeout, log)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ready-timeout", type=float, default=None, metavar="S",
+        help="seconds a started server may take to become ready "
+        f"(default {DEFAULT_READY_TIMEOUT_S:g})",
+    )  # fmt: skip
+    p.add_argument(
+        "--restart-per-block", action="store_true",
+        help="interleaved with started servers: restart the server for every block",
+    )  # fmt: skip
     p.add_argument(
         "--out", type=Path, default=None, help="output directory (default runs/canary-<time>)"
     )
@@ -266,11 +398,18 @@ def main_canary(argv: list[str]) -> int:
                 raise CanaryError(
                     f"{flag} is set by canary per side; use --baseline/--candidate/--out/--*-log"
                 )
+        servers = _server_specs(args)
         try:
-            urls = check_host(args.baseline), check_host(args.candidate)
+            urls = tuple(
+                None if side in servers else check_host(getattr(args, side)) for side in SIDES
+            )
         except UsageError as e:
             raise CanaryError(str(e)) from None
-        for log in (args.baseline_log, args.candidate_log):
+        for side, log in zip(SIDES, (args.baseline_log, args.candidate_log), strict=True):
+            if log and side in servers:
+                raise CanaryError(
+                    f"--{side}-log: the canary captures the log of a server it starts"
+                )
             if log and not Path(log).is_file():
                 raise CanaryError(f"server log {log!r} not found")
         if args.out is None:
@@ -281,6 +420,45 @@ def main_canary(argv: list[str]) -> int:
             urls[0], urls[1], run_args, args.out, args.mode, args.block_s,
             parse_threshold_flags(args.threshold), (args.baseline_log, args.candidate_log),
             blocks=args.blocks, confidence=args.confidence, n_boot=args.n_boot, html=not args.no_html,
+            servers=servers or None, restart_per_block=args.restart_per_block,
         )  # fmt: skip
 
     return run_cli("canary", p, argv, body, rest=True)
+
+
+def _server_specs(args: argparse.Namespace) -> dict[str, ServerSpec]:
+    """Per side: the server the canary starts (--*-cmd or --servers), checked against --URL."""
+    from workload.run.servers import ServerConfigError
+
+    try:
+        specs = load_servers_file(args.servers, SIDES) if args.servers else {}
+        for side in SIDES:
+            cmd = getattr(args, f"{side}_cmd")
+            if cmd is not None:
+                if side in specs:
+                    raise CanaryError(
+                        f"{side}: give --{side}-cmd or a {side} entry in --servers, not both"
+                    )
+                specs[side] = ServerSpec(side, split_command(cmd, f"--{side}-cmd"))
+    except ServerConfigError as e:
+        raise CanaryError(str(e)) from None
+    if args.ready_timeout is not None:
+        if not args.ready_timeout > 0:
+            raise CanaryError(f"--ready-timeout must be positive, got {args.ready_timeout:g}")
+        specs = {
+            s: sp if args.servers and sp.ready_timeout_s != DEFAULT_READY_TIMEOUT_S
+            else ServerSpec(sp.side, sp.argv, sp.env, sp.host, sp.port, args.ready_timeout, sp.log)
+            for s, sp in specs.items()
+        }  # fmt: skip
+    for side in SIDES:
+        url = getattr(args, side)
+        if side in specs and url:
+            raise CanaryError(f"give --{side} URL or a {side} server command, not both")
+        if side not in specs and not url:
+            raise CanaryError(f"{side}: give --{side} URL or --{side}-cmd CMD (or --servers FILE)")
+        if side in specs:
+            try:
+                check_host(f"http://{specs[side].host}:1")
+            except UsageError as e:
+                raise CanaryError(f"{side} server host: {e}") from None
+    return specs

@@ -74,7 +74,8 @@ def finalize_run(spec: Any, m: Measured) -> int:
     summary = agg.summary()
     slos = m.slos
     try:
-        slo_results = slo.evaluate_slos(agg, slos)
+        missing = "fail" if spec.require_slo_samples else "not_judged"
+        slo_results = slo.evaluate_slos(agg, slos, missing=missing)
     except ValueError as e:
         print(f"agentload: error: bad SLO: {e}", file=sys.stderr)
         slo_results = []
@@ -154,7 +155,8 @@ def finalize_run(spec: Any, m: Measured) -> int:
     for line in stage_lines(load["stages"]) + arrival_lines(load["arrivals"]):
         print(line, flush=True)
     for r in slo_results:
-        print(("  PASS " if r.passed else "  FAIL ") + r.message, flush=True)
+        mark = "  PASS " if r.passed and r.judged else "  FAIL " if not r.passed else "  N/J  "
+        print(mark + r.message, flush=True)
     m.last_line = last_line(code, why, out)
     if not m.defer_last_line:
         print(m.last_line, flush=True)

@@ -286,6 +286,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("overwrite", ("--overwrite",),
            "replace the run already in --out (default: refuse to mix two runs in one directory)",
            default=False, switch=True, parse=_flag, locust=(), canary=False),
+    Option("require_slo_samples", ("--require-slo-samples",),
+           "an SLO whose metric had no samples fails (default: it is shown as not judged)",
+           default=False, switch=True, parse=_flag, locust=()),
     Option("server_log", ("--server-log",), "vLLM server log file to fingerprint", canary=False),
     Option("web", ("--web",), "open Locust's web UI instead of running headless",
            default=False, switch=True, parse=_flag, locust=()),
@@ -420,6 +423,7 @@ class RunSpec:
     # start, so every worker plays the one global schedule from the same instant).
     arrival_t0: float = 0.0
     overwrite: bool = False  # --overwrite: replace the run already in --out
+    require_slo_samples: bool = False  # an SLO with no samples fails instead of "not judged"
     # The raw option values this was resolved from (the start form is compared with them).
     options: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -527,6 +531,7 @@ def resolve_spec(values: Mapping[str, Any], *, load_profile: Any = None) -> RunS
         locust_args=tuple(a for a in values.get("locust_args") or () if a != "--"),
         options={k: v for k, v in values.items() if k in BY_NAME and k != "spec"},
         overwrite=typed["overwrite"],
+        require_slo_samples=typed["require_slo_samples"],
     )
 
 
