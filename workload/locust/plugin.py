@@ -11,8 +11,8 @@ from typing import Any
 import gevent
 
 from workload.errors import EXIT_BAD_INPUT, AgentloadError
+from workload.locust import health, webui
 from workload.locust import options as options_mod
-from workload.locust import webui
 from workload.locust.runtime import MSG_USER_DONE, AgentRuntime
 from workload.measure import artifacts
 
@@ -59,6 +59,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         environment.runner.register_message(MSG_USER_DONE, _on_user_done)
     if environment.web_ui is not None:
         webui.install(environment)
+    health.register(environment)
 
 
 def _on_user_done(environment: Any, msg: Any, **_kw: Any) -> None:

@@ -73,6 +73,7 @@ class AgentRuntime:
         self.target: dict[str, Any] = {}
         self.class_table: list[tuple[str, float, int | None]] = []
         self.progress: Any = None  # headless progress-line greenlet
+        self.health: Any = None  # workload.locust.health.GeneratorHealth while a test runs
         self.finalized = False
         self.exit_code = 0
 
@@ -259,6 +260,7 @@ class AgentRuntime:
             fingerprint=self.fingerprint,
             target=self.target,
             users=getattr(self.env.parsed_options, "num_users", None),
+            generator_health=self.health.summary() if self.health is not None else None,
         )
 
     def close(self) -> None:

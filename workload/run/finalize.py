@@ -31,6 +31,7 @@ class Measured:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     target: dict[str, Any] = field(default_factory=dict)
     users: int | None = None  # the user count at the end (the start form may change it)
+    generator_health: dict[str, Any] | None = None  # workload.locust.health summary
 
 
 def exit_code_for(error_ratio: float | None, max_error_ratio: float, slo_results: list[Any]) -> int:
@@ -98,6 +99,7 @@ def finalize_run(spec: Any, m: Measured) -> int:
         "slos": slos,
         "slo_results": [r.to_json() for r in slo_results],
         "exit_code": code,
+        "generator_health": m.generator_health,
     }
     artifacts.write_json(out / "run.json", run)
     try:
