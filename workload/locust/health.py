@@ -10,9 +10,12 @@ generator instead of the server. Every few seconds the sampler reads
   on top of its data, whatever the cause: our CPU, a busy machine, a blocking call).
 
 When either stays at or above its threshold for two samples in a row the run is marked
-``crossed`` and the console gets one warning line. The thresholds come from
-bench/bench_generator.py on the reference machine (docs/performance.md): timing error grew
-past a few milliseconds once the process used about 0.8 of a core.
+``crossed`` and the console gets one warning line. The thresholds come from runs of
+bench/bench_generator.py's profile at rising users on the 2-core development machine
+(docs/performance.md): receive lag and ITL error grew from a few ms to tens and hundreds once
+the process used 0.5-0.65 of a core while the machine had no idle CPU; the event loop then
+woke 60+ ms late. A process alone on a free core bends later, so the CPU threshold sits
+above that (0.7) and the lag threshold catches a busy machine at any CPU level.
 
 What the run saw goes to run.json as ``generator_health`` (``summary()``) and to the web UI's
 /stats/requests poll as ``agentload_health``.
@@ -28,7 +31,7 @@ import gevent
 
 log = logging.getLogger("agentload")
 
-CPU_THRESHOLD = 0.8  # fraction of one core
+CPU_THRESHOLD = 0.7  # fraction of one core
 LAG_THRESHOLD_MS = 50.0  # event-loop wake-up lateness
 INTERVAL_S = 2.0
 SUSTAINED = 2  # samples in a row at or above a threshold before the run counts as bent
