@@ -4,7 +4,9 @@
 ``workload.measure.client.Client`` through a :class:`Transport`.
 
 geventhttpclient's connection pool and raw response ``readline()`` measured within ~2 ms at
-200 streams here (``iter_content`` and the openai SDK did not). ``GeventTransport`` works
+200 streams here (``iter_content`` and the openai SDK did not); the client now reads with
+``read_some()``: whatever one socket read delivered, so a backlog of events costs one read and
+one stamp, not a readline per line (docs/performance.md). ``GeventTransport`` works
 inside Locust (monkey-patched) and in plain threads (each thread's own gevent hub). Socket
 timeouts (``TimeoutError`` from gevent sockets) become ``TransportError("stall")``; failures
 are classified into ``records.ERROR_KINDS`` kinds here, so the client only records them.
