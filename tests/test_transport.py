@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from tests.client_builders import ROLE, SPEC, USAGE, chunk, final_chunk, request, sse
+from workload.measure import transport as tr
 from workload.measure.client import Client
 from workload.measure.transport import PreparedRequest
 
@@ -291,3 +292,41 @@ def test_real_429_retry_after_recorded(server_factory):
     rec = client.exchange(real_request())
     client.close()
     assert (rec.error_kind, rec.http_status, rec.retry_after_s) == ("http_status", 429, 2.0)
+
+
+def test_real_backlog_read_at_once_shares_one_stamp_and_matches_line_reads(server_factory):
+    """Events that arrived together are one read: one stamp (ITL gaps 0), the same record as
+    reading them line by line, and the connection is still reused."""
+
+    def burst(conn, head):
+        conn.sendall(SSE_HEAD)
+        send_chunk(conn, sse(ROLE))
+        time.sleep(0.05)
+        parts = [chunk({"content": f"t{i} "}) for i in range(20)]
+        conn.sendall(b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in map(sse, parts)))
+        send_chunk(conn, sse(final_chunk()) + sse("[DONE]"))
+        conn.sendall(b"0\r\n\r\n")
+        return True
+
+    srv = server_factory(burst)
+    client = Client(srv.url)
+    try:
+        bulk = client.exchange(real_request(request_id="a"))
+        orig = tr._response
+        tr._response = tr._GeventResponse  # the fallback without read_some: line by line
+        try:
+            lines = client.exchange(real_request(request_id="b"))
+        finally:
+            tr._response = orig
+    finally:
+        client.close()
+    for rec in (bulk, lines):
+        assert rec.status == "ok", rec.error_detail
+        assert rec.chunks == 20 and rec.text == "".join(f"t{i} " for i in range(20))
+    assert bulk.itl_gaps_ms == [0.0] * 19  # one read delivered them all
+    assert srv.accepts == 1
+    skip = {"request_id", "t_start", "ttft_ms", "e2e_ms", "itl_ms", "itl_gaps_ms", "tpot_ms"}
+    a, b = bulk.to_json(), lines.to_json()
+    assert {k: v for k, v in a.items() if k not in skip} == {
+        k: v for k, v in b.items() if k not in skip
+    }

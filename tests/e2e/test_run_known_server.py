@@ -54,6 +54,9 @@ def test_run_records_every_request_with_content_ttft(tmp_path: Path) -> None:
     run = json.loads((out / "run.json").read_text())
     assert run["exit_code"] == 0
     assert run["target"]["model"] == "known-model"
+    health = run["generator_health"]  # sampled every 2 s over a 4 s run
+    assert health["samples"] >= 1 and health["cpu_threshold"] > 0
+    assert set(health) >= {"cpu_max", "cpu_mean", "crossed", "loop_lag_ms_max"}
     assert (out / "sessions.jsonl").exists()
     assert (out / "report.html").exists()
     assert (out / "stats.json").exists()

@@ -11,7 +11,7 @@ from typing import Any
 import gevent
 
 from workload.errors import EXIT_BAD_INPUT, AgentloadError
-from workload.locust import arrivals, stopping, webui
+from workload.locust import arrivals, health, stopping, webui
 from workload.locust import options as options_mod
 from workload.locust.runtime import MSG_USER_DONE, AgentRuntime
 from workload.measure import artifacts
@@ -66,6 +66,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         from workload.locust.shapes import install_shape
 
         install_shape(environment)
+    health.register(environment)
 
 
 def _on_user_done(environment: Any, msg: Any, **_kw: Any) -> None:

@@ -76,6 +76,7 @@ class AgentRuntime:
         self.open_loop: Any = None  # workload.locust.arrivals.OpenLoop on local / worker
         self.watcher: Any = None  # master: the lost-worker watch (workload.locust.stopping)
         self.last_line = ""  # the console's last line, once the summary is written
+        self.health: Any = None  # workload.locust.health.GeneratorHealth while a test runs
         self.finalized = False
         self.exit_code = 0
 
@@ -262,6 +263,7 @@ class AgentRuntime:
             fingerprint=self.fingerprint,
             target=self.target,
             users=getattr(self.env.parsed_options, "num_users", None),
+            generator_health=self.health.summary() if self.health is not None else None,
         )
 
     def close(self) -> None:

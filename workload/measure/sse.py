@@ -59,6 +59,16 @@ class SSEParser:
             return [] if ev is None else [ev]
         buf = self._buf + chunk if self._buf else chunk
         events: list[SSEEvent] = []
+        if b"\r" not in buf:
+            # fast path: LF-only lines, many per read (a socket read with a backlog of events)
+            lines = buf.split(b"\n")
+            self._buf = lines.pop()
+            line = self._line
+            for raw in lines:
+                ev = line(raw)
+                if ev is not None:
+                    events.append(ev)
+            return events
         start = 0
         for m in _LINE_END.finditer(buf):
             ev = self._line(buf[start : m.start()])
@@ -87,6 +97,10 @@ class SSEParser:
     def _line(self, raw: bytes) -> SSEEvent | None:
         if not raw:
             return self._dispatch()
+        if raw[:6] == b"data: ":  # the common line, decoded as the general path below would
+            self._data.append(raw[6:].decode("utf-8", "replace"))
+            self._has_data = True
+            return None
         if raw[:1] == b":":  # comment / keep-alive
             return None
         line = raw.decode("utf-8", "replace")
@@ -109,8 +123,9 @@ class SSEParser:
         if not self._has_data:
             self._event = ""
             return None
+        data = self._data
         ev = SSEEvent(
-            data="\n".join(self._data),
+            data=data[0] if len(data) == 1 else "\n".join(data),
             event=self._event or "message",
             id=self._last_id,
             retry=self._retry,

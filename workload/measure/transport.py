@@ -4,7 +4,9 @@
 ``workload.measure.client.Client`` through a :class:`Transport`.
 
 geventhttpclient's connection pool and raw response ``readline()`` measured within ~2 ms at
-200 streams here (``iter_content`` and the openai SDK did not). ``GeventTransport`` works
+200 streams here (``iter_content`` and the openai SDK did not); the client now reads with
+``read_some()``: whatever one socket read delivered, so a backlog of events costs one read and
+one stamp, not a readline per line (docs/performance.md). ``GeventTransport`` works
 inside Locust (monkey-patched) and in plain threads (each thread's own gevent hub). Socket
 timeouts (``TimeoutError`` from gevent sockets) become ``TransportError("stall")``; failures
 are classified into ``records.ERROR_KINDS`` kinds here, so the client only records them.
@@ -59,6 +61,10 @@ class TransportResponse(Protocol):
         """The rest of the body."""
         ...
 
+    # Optional, preferred by the client when a response has it (test fakes need not):
+    #     def read_some(self) -> bytes:
+    #         """All body bytes that have arrived (waiting for some); b"" at end of body."""
+
     def close(self) -> None: ...
 
 
@@ -104,6 +110,9 @@ def _make_pools():
     return Pool, SSLPool
 
 
+READ_BLOCK = 64 * 1024  # one recv takes whatever has arrived, up to this (library default 4 KiB)
+
+
 class _GeventResponse:
     __slots__ = ("_r", "status", "headers")
 
@@ -111,6 +120,7 @@ class _GeventResponse:
         self._r = r
         self.status = r.status_code
         self.headers: Mapping[str, str] = {k.lower(): v for k, v in r.items()}
+        r.block_size = READ_BLOCK
 
     def readline(self) -> bytes:
         from geventhttpclient.response import HTTPParseError
@@ -137,8 +147,53 @@ class _GeventResponse:
         self._r.release()
 
 
+class _BufferedGeventResponse(_GeventResponse):
+    """Adds ``read_some`` over the response's own body buffer (geventhttpclient 2.x)."""
+
+    __slots__ = ()
+
+    def read_some(self) -> bytes:
+        """All body bytes that have arrived, waiting for one socket read if none are buffered;
+        b"" at end of body. One call per socket read, so the client stamps a read once and
+        parses every event it completed: a backlog is worked off in one go, not line by line."""
+        from geventhttpclient.response import HTTPParseError
+
+        r = self._r
+        buf = r._body_buffer
+        try:
+            while not buf:
+                if r.message_complete:
+                    return b""
+                sock = r._sock
+                if sock is None:
+                    raise HTTPParseError("connection closed.")
+                try:
+                    data = sock.recv(READ_BLOCK)
+                    r.feed(data)
+                except BaseException:
+                    r.release()
+                    raise
+                if not data and not r.message_complete:
+                    r.release()
+                    raise HTTPParseError("connection closed mid-body")
+        except TimeoutError as e:
+            raise TransportError("stall", f"no bytes within the stall timeout ({e})") from None
+        except (HTTPParseError, OSError) as e:
+            raise TransportError("stream_reset", f"connection lost mid-body: {e!r}") from None
+        out = bytes(buf)
+        del buf[:]
+        return out
+
+
+def _response(r: Any) -> _GeventResponse:
+    # read_some works on the response's body buffer; without one the client reads lines
+    if isinstance(getattr(r, "_body_buffer", None), bytearray) and hasattr(r, "_sock"):
+        return _BufferedGeventResponse(r)
+    return _GeventResponse(r)
+
+
 class GeventTransport:
-    """Keep-alive connection pool over geventhttpclient; reads lines off the raw response."""
+    """Keep-alive connection pool over geventhttpclient; reads the raw response body."""
 
     MAX_SEND_ATTEMPTS = 3  # a reused keep-alive socket the server closed meanwhile is retried
 
@@ -221,7 +276,7 @@ class GeventTransport:
                 raise TransportError(
                     "stream_reset", f"connection lost before headers: {e!r}"
                 ) from None
-            return _GeventResponse(r)
+            return _response(r)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:

@@ -45,6 +45,7 @@ class Measured:
     settle: bool = False  # wait for workers' last lines before counting them (distributed)
     defer_last_line: bool = False  # the caller prints `last_line` itself (after Locust's table)
     last_line: str = ""  # "agentload: exit N: why; artifacts in DIR"
+    generator_health: dict[str, Any] | None = None  # workload.locust.health summary
 
 
 def exit_code_for(error_ratio: float | None, max_error_ratio: float, slo_results: list[Any]) -> int:
@@ -139,6 +140,7 @@ def finalize_run(spec: Any, m: Measured) -> int:
         "lost_workers": list(m.lost_workers),
         "exit_code": code,
         "exit_reason": why,
+        "generator_health": m.generator_health,
     }
     artifacts.write_json(out / "run.json", run)
     try:
