@@ -202,6 +202,11 @@ class OpenLoop:
         cap = spec.max_in_flight or (run_arrival.max_in_flight if run_arrival else None)
         at_cap = spec.at_cap or (run_arrival.at_cap if run_arrival else "queue")
         gate = ArrivalSpec(rate_per_s=1.0, max_in_flight=cap, at_cap=at_cap)  # rate unused
+        if rt.role == "local":
+            # Reading the trace and probing the server took time since stamp_t0: a local
+            # replay starts its schedule now (workers have DISTRIBUTED_LEAD_S for this).
+            t0 = max(t0, time.time())
+            rt.spec = spec.replace(arrival_t0=t0)
         driver = StreamDriver(
             Stream(TRACE_STREAM, gate, {TRACE_CLASS: 1.0}),
             seed=spec.seed,
