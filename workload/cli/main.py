@@ -131,9 +131,14 @@ def _preflight_trace(spec: RunSpec, max_model_len: int | None) -> None:
     print(trace_note(spec), flush=True)
     fit = check_context(spec, max_model_len)
     if fit.clipped:
-        print(f"agentload: {fit.message('--trace ' + spec.trace)}; clipped (--trace-clip)", flush=True)
+        print(
+            f"agentload: {fit.message('--trace ' + spec.trace)}; clipped (--trace-clip)", flush=True
+        )
     elif max_model_len is None:
-        print("agentload: the server's max_model_len is unknown: trace lengths not checked", flush=True)
+        print(
+            "agentload: the server's max_model_len is unknown: trace lengths not checked",
+            flush=True,
+        )
 
 
 PROBE_TIMEOUT_S = 10.0  # the longest agentload waits for GET /v1/models before a run

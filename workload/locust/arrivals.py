@@ -201,7 +201,9 @@ class OpenLoop:
         run_arrival = spec.profile.run.arrival
         cap = spec.max_in_flight or (run_arrival.max_in_flight if run_arrival else None)
         at_cap = spec.at_cap or (run_arrival.at_cap if run_arrival else "queue")
-        gate = ArrivalSpec(rate_per_s=1.0, max_in_flight=cap, at_cap=at_cap)  # rate unused
+        gate = ArrivalSpec.model_validate(  # only the cap is used: the trace sets the times
+            {"rate_per_s": 1.0, "max_in_flight": cap, "at_cap": at_cap}
+        )
         if rt.role == "local":
             # Reading the trace and probing the server took time since stamp_t0: a local
             # replay starts its schedule now (workers have DISTRIBUTED_LEAD_S for this).
@@ -237,9 +239,7 @@ class OpenLoop:
         from workload.plan.traces import TraceSession
 
         req = self.replay.requests[a.k]
-        return TraceSession(
-            a.k, req, model=rt.model, prompt=lambda: self.prompts.prompt(a.k, req)
-        )
+        return TraceSession(a.k, req, model=rt.model, prompt=lambda: self.prompts.prompt(a.k, req))
 
     def _start_session(self, a: Arrival, done: Callable[[], None]) -> None:
         self.sessions.spawn(self._play, a, done)

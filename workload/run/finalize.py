@@ -153,7 +153,6 @@ def finalize_run(spec: Any, m: Measured) -> int:
     if spec_check and spec_check["draft_tokens"]["server"]:
         print(_spec_line(spec_check), flush=True)
     from workload.run.load_summary import arrival_lines, stage_lines
-
     from workload.run.replay import trace_lines
 
     lines = stage_lines(load["stages"]) + arrival_lines(load["arrivals"])

@@ -64,9 +64,7 @@ def trace_note(spec: Any) -> str:
         f"({info.get('format')}, span {info.get('span_s', 0):.1f}s at speedup {spec.speedup:g})"
     )
     if info.get("bad_lines"):
-        line += (
-            f"; skipped {info['bad_lines']} bad line(s), first {info.get('first_bad_line')}"
-        )
+        line += f"; skipped {info['bad_lines']} bad line(s), first {info.get('first_bad_line')}"
     return line
 
 

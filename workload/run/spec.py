@@ -587,7 +587,9 @@ def _trace_info(typed: Mapping[str, Any]) -> dict[str, Any]:
                 raise UsageError(f"{flag} needs --trace FILE")
         return {}
     if typed.get("arrival_rate") is not None or typed.get("arrival"):
-        raise UsageError("--trace replays the trace's own arrival times: drop --arrival-rate/--arrival")
+        raise UsageError(
+            "--trace replays the trace's own arrival times: drop --arrival-rate/--arrival"
+        )
     from workload.run.replay import read_run_trace
 
     trace = read_run_trace(

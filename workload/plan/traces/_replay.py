@@ -52,7 +52,9 @@ class ContextFit:
         )
 
 
-def clip_request(r: TraceRequest, max_model_len: int, block_tokens: int = BLOCK_TOKENS) -> TraceRequest:
+def clip_request(
+    r: TraceRequest, max_model_len: int, block_tokens: int = BLOCK_TOKENS
+) -> TraceRequest:
     """``r`` cut to fit: output down to at most half the context, then the input's tail.
 
     The input keeps its leading blocks (a prefix of the original prompt), so prefix reuse
