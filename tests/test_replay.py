@@ -248,3 +248,12 @@ def test_trace_summary_of_a_trace_without_hash_ids_has_no_ideal():
     t = trace_summary(spec, [], fingerprint={}, scrape={}, arrivals=None)
     assert t["ideal_hit_ratio"] is None and t["sent"] == 0 and t["not_sent"] == 3
     assert "no hash ids" in trace_lines(t)[1]
+
+
+def test_a_replay_is_judged_by_slo_flags_only():
+    spec = resolve_spec({"trace": AZURE, "trace_limit": "3"})
+    assert spec.slos() == {}  # the profile's classes do not play
+    spec = resolve_spec({"trace": AZURE, "slo_overrides": ["ttft_p95_ms=900"]})
+    assert spec.slos() == {"trace": {"ttft_p95_ms": 900.0}}
+    with pytest.raises(UsageError):
+        resolve_spec({"trace": AZURE, "slo_overrides": ["chat.ttft_p95_ms=900"]})

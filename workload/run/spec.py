@@ -460,6 +460,12 @@ class RunSpec:
     def slos(self) -> dict[str, dict[str, float]]:
         """Each class's SLOs: the profile's, then --slo overrides (an unqualified one: every class)."""
         out: dict[str, dict[str, float]] = {}
+        if self.trace:
+            # A replay plays only the trace (class "trace"): the profile's SLOs do not apply.
+            for cls_name in ("*", "trace"):
+                if self.slo_overrides.get(cls_name):
+                    out.setdefault("trace", {}).update(self.slo_overrides[cls_name])
+            return out
         for name, cls in self.profile.classes.items():
             slo = getattr(cls, "slo", None)
             values = slo.model_dump(exclude_none=True) if slo is not None else {}
@@ -516,7 +522,7 @@ def resolve_spec(values: Mapping[str, Any], *, load_profile: Any = None) -> RunS
         or float(run.duration_s),
         "--duration" if typed["duration_s"] else "profile run.duration_s",
     )
-    check_slos(typed["slo_overrides"], list(profile.classes))
+    check_slos(typed["slo_overrides"], ["trace"] if typed["trace"] else list(profile.classes))
     from workload.plan.load_model import closed_users, is_open_loop
 
     if trace_info and not typed["users"]:
