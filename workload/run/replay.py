@@ -137,7 +137,7 @@ def trace_summary(
             cached += int(r.get("cached_tokens") or 0)
             ok_with_usage += 1
     replayed = [q for k, q in enumerate(rp.requests) if k in sent]
-    has_ids = bool(replayed) and all(q.hash_ids is not None for q in replayed)
+    has_ids = rp.trace.has_hash_ids
     kv_tokens = _value(fingerprint, "kv_capacity_tokens")
     lru_blocks = int(kv_tokens) // rp.trace.block_tokens if isinstance(kv_tokens, int) else None
     ideal: dict[str, Any] | None = None
