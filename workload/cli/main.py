@@ -107,6 +107,8 @@ def preflight(spec: RunSpec) -> None:
             f"{spec.host}/v1/models took {took:.1f}s, longer than the run ({spec.duration_s:g}s): "
             "use a longer --duration or check the target"
         )
+    if spec.trace:
+        _preflight_trace(spec, facts.get("max_model_len"))
     if spec.tokenizer != "tiktoken":
         return  # the server tokenizer is checked where it is built (inside the run)
     try:
@@ -120,6 +122,23 @@ def preflight(spec: RunSpec) -> None:
         raise UsageError("; ".join(e.problems)) from None
     except TokenizerUnavailable as e:
         raise UsageError(str(e)) from None
+
+
+def _preflight_trace(spec: RunSpec, max_model_len: int | None) -> None:
+    """Say what the replay sends; refuse (or clip, with --trace-clip) too-long requests."""
+    from workload.run.replay import check_context, trace_note
+
+    print(trace_note(spec), flush=True)
+    fit = check_context(spec, max_model_len)
+    if fit.clipped:
+        print(
+            f"agentload: {fit.message('--trace ' + spec.trace)}; clipped (--trace-clip)", flush=True
+        )
+    elif max_model_len is None:
+        print(
+            "agentload: the server's max_model_len is unknown: trace lengths not checked",
+            flush=True,
+        )
 
 
 PROBE_TIMEOUT_S = 10.0  # the longest agentload waits for GET /v1/models before a run

@@ -14,6 +14,11 @@ at ``RunSpec.arrival_t0``, one instant for all workers (set by the master).
 
 The scheduling core (``StreamDriver``) takes its clock, sleep and session starter as
 arguments, so tests drive it with a fake clock.
+
+A trace replay (``--trace``) is one more stream, ``trace``: its schedule is the trace's
+replay offsets (``TraceSchedule``; request k to worker k % N) and each arrival plays the
+trace request k as a one-step session. When a process has started and finished its whole
+share it tells the runtime (``trace_done``), which ends the run once every process has.
 """
 
 from __future__ import annotations
@@ -66,9 +71,11 @@ class StreamDriver:
         segments: Sequence[tuple[float, float, float, float]] | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] | None = None,
+        schedule: Any = None,
     ) -> None:
         self.stream = stream
-        self.schedule = ArrivalSchedule(stream.spec, seed, stream.name)
+        # Any object with ``iter_worker`` (a trace's offsets); default: the arrival process.
+        self.schedule = schedule or ArrivalSchedule(stream.spec, seed, stream.name)
         self.picker = ClassPicker(seed, stream.weights)
         self.worker, self.n_workers = worker, n_workers
         self.t0 = t0
@@ -150,6 +157,8 @@ class OpenLoop:
         self.loops: list[Any] = []
         self.drivers: list[StreamDriver] = []
         self._drop_writer: Any = None
+        self.replay: Any = None  # workload.run.replay.Replay when the run replays a trace
+        self.prompts: Any = None
 
     def start(self) -> None:
         import gevent
@@ -158,6 +167,9 @@ class OpenLoop:
         worker = int(rt.worker_name) if rt.role == "worker" else 0
         n_workers = spec.workers if rt.role == "worker" else 1
         t0 = spec.arrival_t0 or time.time()
+        if spec.trace:
+            self._start_trace(worker, n_workers, t0)
+            return
         segments = _rate_segments(spec.profile)
         headless = bool(getattr(rt.env.parsed_options, "headless", False))
         for stream in streams(spec.profile):
@@ -176,6 +188,59 @@ class OpenLoop:
             self.drivers.append(driver)
             self.loops.append(gevent.spawn(driver.run))
 
+    def _start_trace(self, worker: int, n_workers: int, t0: float) -> None:
+        import gevent
+
+        from workload.plan.arrivals import ArrivalSpec
+        from workload.plan.traces import TRACE_CLASS, TRACE_STREAM, TracePrompts, TraceSchedule
+        from workload.run.replay import replay_for_process
+
+        rt, spec = self.rt, self.rt.spec
+        self.replay = replay_for_process(spec)  # SetupError: the plugin says it in one line
+        self.prompts = TracePrompts(rt.planner.tokenizer, seed=spec.seed)
+        run_arrival = spec.profile.run.arrival
+        cap = spec.max_in_flight or (run_arrival.max_in_flight if run_arrival else None)
+        at_cap = spec.at_cap or (run_arrival.at_cap if run_arrival else "queue")
+        gate = ArrivalSpec.model_validate(  # only the cap is used: the trace sets the times
+            {"rate_per_s": 1.0, "max_in_flight": cap, "at_cap": at_cap}
+        )
+        if rt.role == "local":
+            # Reading the trace and probing the server took time since stamp_t0: a local
+            # replay starts its schedule now (workers have DISTRIBUTED_LEAD_S for this).
+            t0 = max(t0, time.time())
+            rt.spec = spec.replace(arrival_t0=t0)
+        driver = StreamDriver(
+            Stream(TRACE_STREAM, gate, {TRACE_CLASS: 1.0}),
+            seed=spec.seed,
+            worker=worker,
+            n_workers=n_workers,
+            t0=t0,
+            start=self._start_session,
+            drop=self._record_drop,
+            until_s=spec.duration_s,
+            schedule=TraceSchedule([r.arrival_s for r in self.replay.requests]),
+        )
+        self.drivers.append(driver)
+        self.loops.append(gevent.spawn(self._run_trace, driver))
+
+    def _run_trace(self, driver: StreamDriver) -> None:
+        driver.run()
+        if driver.stopped:
+            return
+        self.sessions.join()
+        if not driver.stopped:
+            log.info("agentload: this process sent its share of the trace")
+            self.rt.trace_done()
+
+    def _new_session(self, a: Arrival) -> Any:
+        rt = self.rt
+        if self.replay is None:
+            return rt.planner.new_session(a.class_name, a.k, 0)
+        from workload.plan.traces import TraceSession
+
+        req = self.replay.requests[a.k]
+        return TraceSession(a.k, req, model=rt.model, prompt=lambda: self.prompts.prompt(a.k, req))
+
     def _start_session(self, a: Arrival, done: Callable[[], None]) -> None:
         self.sessions.spawn(self._play, a, done)
 
@@ -184,7 +249,7 @@ class OpenLoop:
 
         rt = self.rt
         try:
-            session = rt.planner.new_session(a.class_name, a.k, 0)
+            session = self._new_session(a)
             play(rt, session, arrival=a)
         except Exception as e:  # noqa: BLE001 - one bad session must not end the stream
             log.warning("agentload: open-loop session %s/%d failed: %s", a.stream, a.k, e)
@@ -236,7 +301,7 @@ def stamp_t0(rt: Any) -> None:
     """Master / local: fix the instant the arrival schedules (and stages) start."""
     from workload.plan.load_model import is_open_loop
 
-    if not (is_open_loop(rt.spec.profile) or rt.spec.profile.run.stages):
+    if not (is_open_loop(rt.spec.profile) or rt.spec.profile.run.stages or rt.spec.trace):
         return
     lead = DISTRIBUTED_LEAD_S if rt.role == "master" else 0.0
     rt.spec = rt.spec.replace(arrival_t0=time.time() + lead)
@@ -244,7 +309,7 @@ def stamp_t0(rt: Any) -> None:
 
 def start_open_loop(rt: Any) -> OpenLoop | None:
     """Local / worker: start the profile's arrival streams (None for a closed-loop profile)."""
-    if rt.role == "master" or not streams(rt.spec.profile):
+    if rt.role == "master" or not (streams(rt.spec.profile) or rt.spec.trace):
         return None
     ol = OpenLoop(rt)
     ol.start()

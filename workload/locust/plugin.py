@@ -13,7 +13,7 @@ import gevent
 from workload.errors import EXIT_BAD_INPUT, AgentloadError
 from workload.locust import arrivals, health, stopping, webui
 from workload.locust import options as options_mod
-from workload.locust.runtime import MSG_USER_DONE, AgentRuntime
+from workload.locust.runtime import MSG_TRACE_DONE, MSG_USER_DONE, AgentRuntime
 from workload.measure import artifacts
 
 log = logging.getLogger("agentload")
@@ -58,6 +58,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     environment.events.worker_report.add_listener(partial(_on_worker_report, environment))
     if environment.runner is not None and role != "local":
         environment.runner.register_message(MSG_USER_DONE, _on_user_done)
+        environment.runner.register_message(MSG_TRACE_DONE, _on_trace_done)
     if environment.web_ui is not None:
         webui.install(environment)
         webui.prefill_form(environment)
@@ -73,6 +74,12 @@ def _on_user_done(environment: Any, msg: Any, **_kw: Any) -> None:
     rt = environment.agentload
     if rt is not None:
         rt.count_done(int(msg.data or 1))
+
+
+def _on_trace_done(environment: Any, msg: Any, **_kw: Any) -> None:
+    rt = environment.agentload
+    if rt is not None:
+        rt.count_trace_done(int(msg.data or 1))
 
 
 def _on_test_start(environment: Any, **_kw: Any) -> None:

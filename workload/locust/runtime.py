@@ -29,6 +29,7 @@ from workload.run.spec import RunSpec
 log = logging.getLogger("agentload")
 
 MSG_USER_DONE = "agentload_user_done"
+MSG_TRACE_DONE = "agentload_trace_done"
 
 
 def role_of(environment: Any) -> str:
@@ -60,6 +61,7 @@ class AgentRuntime:
         self.delta = Aggregate()  # worker: since the last report to the master
         self.user_counter = 0
         self.users_done = 0
+        self.trace_done_count = 0  # processes that sent their whole share of a --trace
         self.started_wall = time.time()
         self.started_iso = artifacts.iso_now()
         self.ended_iso: str | None = None
@@ -155,7 +157,8 @@ class AgentRuntime:
         self.delta = Aggregate(self.slos)
         from workload.plan.load_model import closed_classes
 
-        self.class_table = closed_classes(spec.profile)  # open-loop classes start by schedule
+        # Open-loop classes start by schedule; a trace replay plays only the trace.
+        self.class_table = [] if spec.trace else closed_classes(spec.profile)
         self.client = Client(
             host,
             api_key=api_key,
@@ -235,6 +238,20 @@ class AgentRuntime:
             log.info("agentload: every user finished its sessions; stopping")
             headless = bool(getattr(self.env.parsed_options, "headless", False))
             gevent_spawn(runner.quit if headless else runner.stop)
+
+    def trace_done(self) -> None:
+        """This process sent (and finished) its share of the trace; all have: the run ends."""
+        if self.role == "worker":
+            self.env.runner.send_message(MSG_TRACE_DONE, 1)
+        else:
+            self.count_trace_done(1)
+
+    def count_trace_done(self, n: int) -> None:
+        self.trace_done_count += n
+        if self.trace_done_count >= max(1, self.spec.workers):
+            log.info("agentload: every trace request was sent and answered; stopping")
+            headless = bool(getattr(self.env.parsed_options, "headless", False))
+            gevent_spawn(self.env.runner.quit if headless else self.env.runner.stop)
 
     def next_user_index(self) -> int:
         """Global user index: worker w of N takes w, w+N, w+2N, ... (same traffic whatever N)."""

@@ -127,6 +127,7 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
             req = step.request
             req.request_id = request_id_for(rt.seed, session.session_id, step.step, req.attempt)
             rec: RequestRecord = rt.client.exchange(req)
+            rec.trace_index = getattr(session, "trace_index", None)  # --trace: request k
             rec.body_hash = hashlib.blake2b(req.body, digest_size=8).hexdigest()
             session.observe(rec)
             if session.outcome == "tool_loop_failure":

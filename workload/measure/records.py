@@ -96,6 +96,8 @@ class RequestRecord:
     # Whether it met every request-level SLO of its class (goodput; ``stats.Aggregate`` judges
     # it, ``measure.slo.request_meets_slo``); None when not judged.
     slo_met: bool | None = None
+    # `agentload run --trace`: the index of the trace request this replays (None otherwise).
+    trace_index: int | None = None
     # Not written to requests.jsonl: in-memory only, for stats and actual history.
     itl_gaps_ms: list[float] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)

@@ -16,6 +16,7 @@ from workload.report.run_views import (
     slo_text,
     tool_failure_examples,
     tool_rows,
+    trace_rows,
 )
 from workload.report.views import (
     COLUMN_HELP,
@@ -117,6 +118,7 @@ def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
         spec_check=_spec_check_rows(data.run),
         spec_means=_spec_means(summary),
         fingerprint=fingerprint_groups(data.run),
+        trace_rows=trace_rows(data.run),
         charts=_charts(data, summary, classes),
         comparison=None,
     )

@@ -286,3 +286,41 @@ def _put(group: dict[str, Any], key: str, v: Any, src: Any) -> None:
     else:
         text = ", ".join(map(str, v)) if isinstance(v, list) else str(v)
         group["rows"].append((key, text, "" if src is None else str(src)))
+
+
+def trace_rows(run: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """`agentload run --trace`: what was replayed and ideal vs reported prefix-cache hits."""
+    t = (run.get("summary") or {}).get("trace")
+    if not isinstance(t, Mapping):
+        return []
+
+    def pct(x: Any) -> str:
+        return "-" if x is None else f"{100 * float(x):.1f} %"
+
+    def ms(x: Any) -> str:
+        return "-" if x is None else f"{1000 * float(x):.0f} ms"
+
+    late = t.get("send_lateness") or {}
+    srv = t.get("server") or {}
+    ideal = t.get("ideal_hit_ratio")
+    rows = [
+        ("trace", f"{t.get('source')} ({t.get('format')}, speedup {t.get('speedup')})"),
+        ("requests sent", f"{t.get('sent')} of {t.get('requests')}"
+         + (f" ({t.get('too_long')} clipped to max_model_len)" if t.get("clipped") else "")),
+        ("send lateness p50 / p99", f"{ms(late.get('p50_s'))} / {ms(late.get('p99_s'))}"
+         + (" (the generator fell behind)" if late.get("fell_behind") else "")),
+    ]  # fmt: skip
+    if ideal is None:
+        rows.append(("ideal prefix-cache hits", "- (the trace has no hash ids)"))
+    else:
+        rows.append(("ideal prefix-cache hits (infinite cache)", pct(ideal.get("infinite_tokens"))))
+        if ideal.get("lru_tokens") is not None:
+            rows.append(
+                (
+                    f"ideal, LRU of the server's KV ({ideal.get('lru_capacity_blocks')} blocks)",
+                    pct(ideal.get("lru_tokens")),
+                )
+            )
+    rows.append(("server: Σ cached / Σ prompt tokens", pct(srv.get("cached_ratio"))))
+    rows.append(("server: /metrics prefix-cache hits / queries", pct(srv.get("metrics_hit_ratio"))))
+    return rows

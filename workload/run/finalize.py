@@ -106,6 +106,8 @@ def finalize_run(spec: Any, m: Measured) -> int:
         summary["arrivals"] = load["arrivals"]
     if load["stages"] is not None:
         summary["stages"] = load["stages"]["stages"]
+    if spec.trace:
+        summary["trace"] = _trace_block(spec, out, m.fingerprint, scrape, load["arrivals"])
     _fill_system_fingerprint(m.fingerprint, out)
     artifacts.write_json(out / "stats.json", agg.to_dict())
     artifacts.write_atomic(
@@ -153,8 +155,10 @@ def finalize_run(spec: Any, m: Measured) -> int:
     if spec_check and spec_check["draft_tokens"]["server"]:
         print(_spec_line(spec_check), flush=True)
     from workload.run.load_summary import arrival_lines, stage_lines
+    from workload.run.replay import trace_lines
 
-    for line in stage_lines(load["stages"]) + arrival_lines(load["arrivals"]):
+    lines = stage_lines(load["stages"]) + arrival_lines(load["arrivals"])
+    for line in lines + trace_lines(summary.get("trace")):
         print(line, flush=True)
     for r in slo_results:
         mark = "  PASS " if r.passed and r.judged else "  FAIL " if not r.passed else "  N/J  "
@@ -228,6 +232,22 @@ def _fill_system_fingerprint(fingerprint: dict[str, Any], out: Path) -> None:
                     "source": "response system_fingerprint",
                 }
                 return
+
+
+def _trace_block(
+    spec: Any, out: Path, fingerprint: dict[str, Any], scrape: dict[str, Any], arrivals: Any
+) -> dict[str, Any] | None:
+    """`summary.trace` (workload.run.replay); None, with a warning, if the trace is unreadable."""
+    from workload.errors import AgentloadError
+    from workload.run.replay import read_rows, trace_summary
+
+    try:
+        return trace_summary(
+            spec, read_rows(out), fingerprint=fingerprint, scrape=scrape, arrivals=arrivals
+        )
+    except AgentloadError as e:
+        log.warning("agentload: no trace summary: %s", e)
+        return None
 
 
 def _spec_line(check: dict[str, Any]) -> str:

@@ -315,6 +315,23 @@ OPTIONS: tuple[Option, ...] = (
     Option("at_cap", ("--at-cap",),
            "open loop, at --max-in-flight: queue (start late, lateness recorded) or drop (count it)",
            choices=("queue", "drop")),
+    Option("trace", ("--trace",),
+           "replay a request trace (Mooncake JSONL, Azure CSV, a run's requests.jsonl) open "
+           "loop at its recorded arrival times instead of the profile's traffic",
+           metavar="FILE"),
+    Option("trace_format", ("--trace-format",), "the --trace file's format (default: detected)",
+           default="auto", choices=("auto", "mooncake", "azure", "requests", "agentload")),
+    Option("speedup", ("--speedup",), "--trace: divide the recorded arrival times by X",
+           default="1", metavar="X", parse=lambda v: _number("--speedup", positive=True)(v) or 1.0),
+    Option("trace_limit", ("--limit",), "--trace: replay only the first N requests",
+           metavar="N", parse=_whole("--limit", 1)),
+    Option("on_bad_line", ("--on-bad-line",),
+           "--trace: a line that cannot be read is skipped (and counted) or stops the run",
+           default="skip", choices=("skip", "stop")),
+    Option("trace_clip", ("--trace-clip",),
+           "--trace: clip requests longer than the server's max_model_len (output to at most "
+           "half the context, then the prompt's tail) instead of refusing the trace",
+           default=False, switch=True, parse=_flag),
     Option("spec", (), "(internal) the resolved run, as JSON, from agentload run or the master",
            dest="agent_spec", locust=("--agent-spec",), canary=False),
 )  # fmt: skip
@@ -424,6 +441,15 @@ class RunSpec:
     arrival_t0: float = 0.0
     overwrite: bool = False  # --overwrite: replace the run already in --out
     require_slo_samples: bool = False  # an SLO with no samples fails instead of "not judged"
+    # --trace: replay this file (re-read by every process; see workload.run.replay).
+    trace: str = ""
+    trace_format: str = "auto"
+    speedup: float = 1.0
+    trace_limit: int | None = None
+    on_bad_line: str = "skip"
+    trace_clip: bool = False
+    # What resolve_spec read: format, requests, span_s, bad_lines, first_bad_line.
+    trace_info: dict[str, Any] = field(default_factory=dict)
     # The raw option values this was resolved from (the start form is compared with them).
     options: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -434,6 +460,12 @@ class RunSpec:
     def slos(self) -> dict[str, dict[str, float]]:
         """Each class's SLOs: the profile's, then --slo overrides (an unqualified one: every class)."""
         out: dict[str, dict[str, float]] = {}
+        if self.trace:
+            # A replay plays only the trace (class "trace"): the profile's SLOs do not apply.
+            for cls_name in ("*", "trace"):
+                if self.slo_overrides.get(cls_name):
+                    out.setdefault("trace", {}).update(self.slo_overrides[cls_name])
+            return out
         for name, cls in self.profile.classes.items():
             slo = getattr(cls, "slo", None)
             values = slo.model_dump(exclude_none=True) if slo is not None else {}
@@ -482,14 +514,20 @@ def resolve_spec(values: Mapping[str, Any], *, load_profile: Any = None) -> RunS
     profile = apply_arrival(profile, typed)
     run = profile.run
     users = typed["users"] or int(run.users)
+    trace_info = _trace_info(typed)
     duration_s = check_duration(
-        typed["duration_s"] or _stages_total(run) or float(run.duration_s),
+        typed["duration_s"]
+        or trace_info.get("duration_s")
+        or _stages_total(run)
+        or float(run.duration_s),
         "--duration" if typed["duration_s"] else "profile run.duration_s",
     )
-    check_slos(typed["slo_overrides"], list(profile.classes))
+    check_slos(typed["slo_overrides"], ["trace"] if typed["trace"] else list(profile.classes))
     from workload.plan.load_model import closed_users, is_open_loop
 
-    if is_open_loop(profile) and not typed["users"]:
+    if trace_info and not typed["users"]:
+        users = 1  # a replay plays only the trace: this user idles and keeps Locust's run up
+    elif is_open_loop(profile) and not typed["users"]:
         # 1 at least: with no closed-loop class that user idles and keeps Locust's run up
         users = max(1, closed_users(profile, int(run.users)))
     max_err = typed["max_error_ratio"]
@@ -532,7 +570,46 @@ def resolve_spec(values: Mapping[str, Any], *, load_profile: Any = None) -> RunS
         options={k: v for k, v in values.items() if k in BY_NAME and k != "spec"},
         overwrite=typed["overwrite"],
         require_slo_samples=typed["require_slo_samples"],
+        trace=typed["trace"],
+        trace_format=typed["trace_format"] or "auto",
+        speedup=typed["speedup"],
+        trace_limit=typed["trace_limit"],
+        on_bad_line=typed["on_bad_line"] or "skip",
+        trace_clip=typed["trace_clip"],
+        trace_info=trace_info,
     )
+
+
+# A replay with no --duration runs until its last request is due plus this much, or until
+# every request finished (whichever is first).
+TRACE_TAIL_S = 120.0
+
+
+def _trace_info(typed: Mapping[str, Any]) -> dict[str, Any]:
+    """Read the --trace file once (bad lines reported with file:line); {} without --trace."""
+    if not typed.get("trace"):
+        for name, flag in (("trace_limit", "--limit"), ("trace_clip", "--trace-clip")):
+            if typed.get(name):
+                raise UsageError(f"{flag} needs --trace FILE")
+        return {}
+    if typed.get("arrival_rate") is not None or typed.get("arrival"):
+        raise UsageError(
+            "--trace replays the trace's own arrival times: drop --arrival-rate/--arrival"
+        )
+    from workload.run.replay import read_run_trace
+
+    trace = read_run_trace(
+        typed["trace"], typed["trace_format"], typed["trace_limit"], typed["on_bad_line"]
+    )
+    span = trace.duration_s / typed["speedup"]
+    return {
+        "format": trace.format,
+        "requests": len(trace.requests),
+        "span_s": round(span, 3),
+        "duration_s": span + TRACE_TAIL_S,
+        "bad_lines": len(trace.bad_lines),
+        "first_bad_line": str(trace.bad_lines[0]) if trace.bad_lines else None,
+    }
 
 
 def _stages_total(run: Any) -> float | None:

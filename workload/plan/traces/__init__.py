@@ -15,10 +15,28 @@ from workload.plan.traces._read import (
     read_trace,
     write_trace,
 )
+from workload.plan.traces._replay import (
+    TRACE_CLASS,
+    TRACE_STREAM,
+    ContextFit,
+    TracePrompts,
+    TraceSchedule,
+    TraceSession,
+    clip_request,
+    fit_to_context,
+)
 from workload.plan.traces._schedule import detect_quantum, schedule
 
 __all__ = [
     "BLOCK_TOKENS",
+    "TRACE_CLASS",
+    "TRACE_STREAM",
+    "ContextFit",
+    "TracePrompts",
+    "TraceSchedule",
+    "TraceSession",
+    "clip_request",
+    "fit_to_context",
     "FORMATS",
     "BadLine",
     "BlockHasher",
