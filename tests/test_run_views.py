@@ -155,7 +155,7 @@ def test_headline_and_tool_tables_of_an_agent_run(tmp_path):
     summary = run_summary(data)
     h = headline(data, summary)
     assert not h["ok"] and h["code"] == "1" and h["reason"].startswith("error ratio ")
-    assert h["slo_fail"] == 1 and h["slo_pass"] == 1
+    assert h["slo_violated"] == 1 and h["slo_met"] == 1 and h["slo_not_judged"] == 0
     assert int(h["tool_calls_planned"]) > 0 and h["tool_calls_returned"] == "0"
     assert h["sessions_tool_loop"] == h["tool_loop_failures"] != "0"
     assert any(
