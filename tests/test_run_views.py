@@ -14,7 +14,13 @@ from workload.report.run_views import (
     headline,
     idle_gap_table,
     idle_gaps,
+    arrivals_line,
+    goodput_line,
     max_error_ratio,
+    slo_status,
+    slo_text,
+    stage_rows,
+    stop_line,
     tool_failure_examples,
     tool_rows,
 )
@@ -186,3 +192,85 @@ def test_tool_failure_examples_show_the_malformed_arguments():
             {"request_id": "r0", "user_class": "agent", "step": 1, "t_start": 2.0, "status": "ok"}]  # fmt: skip
     (ex,) = tool_failure_examples(rows)
     assert ex == ["r1", "agent #1", "grep", "grep", 'malformed tool call; arguments: \'{"q": "x\'']
+
+
+def test_slo_status_keeps_not_judged_apart_from_met_and_violated():
+    assert slo_status({"status": "not judged", "passed": True, "skipped": True}) == "not judged"
+    assert slo_status({"judged": False, "passed": True}) == "not judged"
+    assert slo_status({"passed": True}) == "met"
+    assert slo_status({"passed": False}) == "violated"
+    assert slo_status({"passed": False, "skipped": True}) == "skipped"  # an old run.json
+    unjudged = {"class_name": "bg", "metric": "e2e_p95_ms", "observed": None, "status": "not judged"}
+    assert slo_text(unjudged) == "bg e2e_p95_ms: no samples, not judged"
+    required = dict(unjudged, status="violated", passed=False)
+    assert slo_text(required) == "bg e2e_p95_ms: no samples (required)"
+
+
+def test_exit_reason_uses_what_the_run_recorded():
+    run = {"exit_code": 130, "exit_reason": "interrupted (SIGINT)"}
+    assert exit_reason(run, {"overall": {"error_ratio": 0.0}}) == (130, "interrupted (SIGINT)")
+    # "ok" says nothing: exit 0 still spells out the error ratio and the SLOs met / not judged
+    run = {"exit_code": 0, "exit_reason": "ok", "slo_results": [
+        _slo(True, 0.01), {"class_name": "bg", "metric": "e2e_p95_ms", "observed": None,
+                           "status": "not judged", "passed": True, "skipped": True}]}  # fmt: skip
+    code, why = exit_reason(run, {"overall": {"error_ratio": 0.0}})
+    assert why == "error ratio 0.0 % ≤ 5.0 %, 1 SLO met, 1 not judged (no samples)"
+
+
+def test_goodput_line_reads_both_ratios_and_the_rate():
+    summary = {"overall": {"request_goodput_ratio": 0.931,
+                           "sessions": {"goodput_ratio": 0.8, "goodput_per_min": 12.44}}}  # fmt: skip
+    assert goodput_line(summary) == (
+        "93.1 % of requests, 80.0 % of sessions met every SLO (12.4 good sessions/min)"
+    )
+    assert "no SLOs set" in goodput_line(summary, has_slos=False)
+    assert goodput_line({"overall": {}}) == ""  # an old run without goodput
+
+
+def test_stop_line_says_interrupted_and_which_worker_was_lost():
+    assert stop_line({"stopped_by": "end of run"}) == ""
+    assert stop_line({"stopped_by": "SIGINT"}) == "interrupted (SIGINT)"
+    lost = {"stopped_by": "end of run", "partial": True,
+            "lost_workers": [{"worker": 1, "t_s": 12.34}]}  # fmt: skip
+    assert stop_line(lost) == "partial: worker 1 lost at 12.3 s; later load is missing"
+    assert stop_line({"partial": True, "partial_reason": "why"}) == "partial: why"
+
+
+def test_arrivals_line_is_loud_when_the_generator_fell_behind():
+    a = {"scheduled": 40, "started": 38, "dropped": 2, "delayed": 5, "tolerance_s": 0.25,
+         "p50_s": 0.002, "p99_s": 1.5, "max_s": 2.25, "fell_behind": False}  # fmt: skip
+    line = arrivals_line(a)
+    assert line.startswith("40 sessions due, 38 started, 2 dropped, 5 started late (> 250 ms)")
+    assert "p50 2 ms · p99 1.5 s · max 2.2 s" in line
+    assert arrivals_line(dict(a, fell_behind=True)).startswith("THE LOAD GENERATOR FELL BEHIND")
+    assert arrivals_line(None) == ""
+
+
+def test_stage_rows_from_the_summary_or_run_json():
+    st = [{"index": 0, "start_s": 0, "end_s": 6, "ramp_s": 0, "arrival_rate": 1.0, "requests": 28,
+           "errors": 0, "ttft_p95_ms": 30.1, "tpot_p95_ms": 6.8, "goodput_ratio": 1.0,
+           "goodput_per_s": 4.667, "lateness": {"p99_s": 0.056}},
+          {"index": 1, "start_s": 6, "end_s": 14, "ramp_s": 2, "users": 8, "requests": 1200,
+           "errors": 3, "ttft_p95_ms": 330.0, "tpot_p95_ms": None, "goodput_ratio": 0.5,
+           "goodput_per_s": 1.0, "lateness": None}]  # fmt: skip
+    rows = stage_rows({"stages": st}, {})
+    assert rows[0] == ["0", "0–6 s", "1 /s", "28", "0", "30.1", "6.8", "100.0 %", "4.67", "56 ms"]
+    assert rows[1][2] == "8 users (ramp 2 s)" and rows[1][3] == "1,200" and rows[1][-1] == "-"
+    assert stage_rows({}, {"stages": {"stages": st}}) == rows
+    assert stage_rows({}, {}) == []
+
+
+def test_headline_shows_skipped_lines_stop_and_goodput(tmp_path):
+    import json
+
+    run = write_run(tmp_path / "r")
+    with (run / "requests.jsonl").open("a") as f:
+        f.write("{not json\n")
+    meta = json.loads((run / "run.json").read_text())
+    meta.update(exit_code=130, exit_reason="interrupted (SIGINT)", stopped_by="SIGINT")
+    (run / "run.json").write_text(json.dumps(meta))
+    data = load_run(run)
+    h = headline(data, run_summary(data))
+    assert h["code"] == "130" and h["reason"] == "interrupted (SIGINT)" and not h["ok"]
+    assert h["stopped"] == "interrupted (SIGINT)"
+    assert h["warnings"] and "corrupt JSONL line" in h["warnings"][0]

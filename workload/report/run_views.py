@@ -257,6 +257,8 @@ def stage_rows(summary: Mapping[str, Any], run: Mapping[str, Any]) -> list[list[
             level = f"{fmt_count(r['users'])} users"
         else:
             level = "-"
+        if isinstance(r.get("ramp_s"), (int, float)) and r["ramp_s"] > 0:
+            level += f" (ramp {fmt_value(r['ramp_s'])} s)"
         late = r.get("lateness") or {}
         rows.append([
             str(r.get("index", len(rows))),
