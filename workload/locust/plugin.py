@@ -252,7 +252,7 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
     code = _finish(rt)
     if stop.signum is not None or not environment.process_exit_code:
         environment.process_exit_code = code
-    if rt.spec.argv:
+    if _under_agentload_run(rt):
         # Under `agentload run` our table is the run's table: Locust's (which counts no
         # cancelled requests) would follow it with a different count.
         logging.getLogger("locust.stats_logger").disabled = True
@@ -278,6 +278,12 @@ def _on_quit(exit_code: int = 0, **_kw: Any) -> None:
 _DEFERRED: list[AgentRuntime] = []
 
 
+def _under_agentload_run(rt: AgentRuntime) -> bool:
+    """`agentload run` hands Locust the resolved spec; plain `locust -f` does not (spec.argv
+    is set either way: plain Locust records its own command line)."""
+    return bool(getattr(getattr(rt.env, "parsed_options", None), "agent_spec", ""))
+
+
 def _locust_request_count(rt: AgentRuntime) -> int | None:
     try:
         return int(rt.env.runner.stats.total.num_requests)
@@ -301,7 +307,7 @@ def _finish(rt: AgentRuntime) -> int:
     m.lost_workers = list(stop.lost_workers)
     m.settle = rt.role == "master"
     # Plain `locust -f` prints its own table after ours: our last line goes after it.
-    m.defer_last_line = not rt.spec.argv and rt.env.web_ui is None
+    m.defer_last_line = not _under_agentload_run(rt) and rt.env.web_ui is None
     rt.exit_code = finalize_run(rt.spec, m)
     rt.total = m.total  # the aggregate that counts what was written
     rt.last_line = m.last_line

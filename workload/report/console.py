@@ -73,7 +73,9 @@ def console_table(summary: Mapping[str, Any]) -> str:
         lines.append("  ".join(cells).rstrip())
         if j == 0:
             lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines) + "\n(latencies in ms)" + tool_line(summary["overall"])
+    cancelled = summary["overall"].get("cancelled") or 0
+    note = f"; reqs include {cancelled} cancelled when the run stopped" if cancelled else ""
+    return "\n".join(lines) + f"\n(latencies in ms{note})" + tool_line(summary["overall"])
 
 
 def tool_line(view: Mapping[str, Any]) -> str:
