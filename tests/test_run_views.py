@@ -274,3 +274,12 @@ def test_headline_shows_skipped_lines_stop_and_goodput(tmp_path):
     assert h["code"] == "130" and h["reason"] == "interrupted (SIGINT)" and not h["ok"]
     assert h["stopped"] == "interrupted (SIGINT)"
     assert h["warnings"] and "corrupt JSONL line" in h["warnings"][0]
+
+
+def test_tool_failure_examples_read_the_message_out_of_a_json_error_body():
+    rows = [{"request_id": "r1", "user_class": "agent", "step": 2, "t_start": 1.0,
+             "planned_tool": "read_file", "tool_loop_failure": "http_status on a tool step",
+             "error_detail": 'HTTP 500: {"error":{"message":"injected fault: HTTP 500",'
+                             '"type":"InternalServerError","code":500}}'}]  # fmt: skip
+    (row,) = tool_failure_examples(rows)
+    assert row[4] == "http_status on a tool step (HTTP 500: injected fault: HTTP 500)"

@@ -4,6 +4,7 @@ and the fingerprint in groups. Plain data from a run directory; the template dra
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -301,7 +302,7 @@ def tool_failure_examples(requests: Iterable[Mapping[str, Any]], n: int = 8) -> 
         returned = ", ".join(
             str(c.get("name")) for c in r.get("tool_calls") or [] if isinstance(c, dict)
         )
-        detail = r.get("error_detail") or ""
+        detail = _short_detail(str(r.get("error_detail") or ""))
         wrong = str(why or r.get("error_kind"))
         if detail and detail not in wrong:
             wrong += f" ({detail[:160]})"
@@ -317,6 +318,18 @@ def tool_failure_examples(requests: Iterable[Mapping[str, Any]], n: int = 8) -> 
         if len(out) >= n:
             break
     return out
+
+
+_JSON_MESSAGE = re.compile(r'\{.*"message"\s*:\s*"((?:[^"\\]|\\.)*)".*\}', re.S)
+
+
+def _short_detail(detail: str) -> str:
+    """An error detail for people: a server's JSON error body becomes its message
+    ('HTTP 500: {"error":{"message":"boom",...}}' -> 'HTTP 500: boom')."""
+    m = _JSON_MESSAGE.search(detail)
+    if m:
+        detail = detail[: m.start()] + m.group(1) + detail[m.end() :]
+    return detail
 
 
 # Idle gap before a step: how long the session's prefix sat in the server's cache unused.
