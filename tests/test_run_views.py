@@ -267,12 +267,12 @@ def test_headline_shows_skipped_lines_stop_and_goodput(tmp_path):
     with (run / "requests.jsonl").open("a") as f:
         f.write("{not json\n")
     meta = json.loads((run / "run.json").read_text())
-    meta.update(exit_code=130, exit_reason="interrupted (SIGINT)", stopped_by="SIGINT")
+    meta.update(exit_code=130, exit_reason="interrupted (SIGINT)", stopped_by="SIGINT", duration_s=14.6)
     (run / "run.json").write_text(json.dumps(meta))
     data = load_run(run)
     h = headline(data, run_summary(data))
-    assert h["code"] == "130" and h["reason"] == "interrupted (SIGINT)" and not h["ok"]
-    assert h["stopped"] == "interrupted (SIGINT)"
+    assert h["code"] == "130" and h["verdict"] == "Interrupted" and not h["ok"]
+    assert h["stopped"].startswith("interrupted (SIGINT) after 14.6 s") and h["reason"] == ""
     assert h["warnings"] and "corrupt JSONL line" in h["warnings"][0]
 
 

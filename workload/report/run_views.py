@@ -18,10 +18,12 @@ EXIT_MEANING = {
     1: "failed: too many errors",
     2: "bad input",
     3: "failed: SLO violated",
-    129: "stopped (SIGHUP)",
-    130: "interrupted (SIGINT)",
-    143: "terminated (SIGTERM)",
+    129: "SIGHUP",
+    130: "SIGINT",
+    143: "SIGTERM",
 }
+# The headline's first word for exits by signal (stopped early: neither passed nor failed).
+SIGNAL_VERDICT = {129: "Stopped", 130: "Interrupted", 143: "Terminated"}
 DEFAULT_MAX_ERROR_RATIO = 0.05
 
 
@@ -103,6 +105,8 @@ def exit_reason(run: Mapping[str, Any], summary: Mapping[str, Any]) -> tuple[int
         if st["not judged"]:
             slos += f", {st['not judged']} not judged (no samples)"
         return code, f"error ratio {fmt_pct(err)} ≤ {fmt_pct(limit)}{slos}"
+    if code in SIGNAL_VERDICT:
+        return code, f"{SIGNAL_VERDICT[code].lower()} ({EXIT_MEANING[code]})"
     return code, EXIT_MEANING.get(code, "unknown") if code is not None else "exit code not recorded"
 
 
@@ -132,8 +136,12 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         if ok and broken
         else ""
     )
+    stopped = stop_line(run)
+    if code in SIGNAL_VERDICT and stopped and reason.startswith(("interrupted", "stopped")):
+        reason = ""  # the stop line says it, with the time
     return {
         "ok": ok,
+        "verdict": SIGNAL_VERDICT.get(code or 0) or ("Passed" if ok else "Failed"),
         "warn": warn,
         "code": "-" if code is None else str(code),
         "meaning": (
@@ -142,7 +150,7 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
             else EXIT_MEANING.get(code, "") if code is not None else ""
         ),
         "reason": reason,
-        "stopped": stop_line(run),
+        "stopped": stopped,
         "warnings": [w for w in (data.skipped_warning(),) if w],
         "goodput_line": goodput_line(summary, has_slos=bool(slos or run.get("slos"))),
         "arrivals": arrivals_line(summary.get("arrivals")),
@@ -227,7 +235,10 @@ def stop_line(run: Mapping[str, Any]) -> str:
     parts = []
     by = run.get("stopped_by")
     if isinstance(by, str) and by and by != "end of run":
-        parts.append(f"interrupted ({by})" if by == "SIGINT" else f"stopped by {by}")
+        text = f"interrupted ({by})" if by == "SIGINT" else f"stopped by {by}"
+        if isinstance(run.get("duration_s"), (int, float)):
+            text += f" after {run['duration_s']:,.1f} s: the numbers cover only the part that ran"
+        parts.append(text)
     lost = [w for w in run.get("lost_workers") or [] if isinstance(w, Mapping)]
     if lost:
         at = ", ".join(
