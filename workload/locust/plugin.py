@@ -176,7 +176,18 @@ def _progress_loop(rt: AgentRuntime) -> None:
     while True:
         gevent.sleep(interval)
         users = rt.env.runner.user_count if rt.env.runner else 0
+        if _open_loop(rt):  # one Locust user drives the arrivals: its count says nothing
+            users = None
         print(progress_line(rt.total, elapsed_s=_elapsed(rt), users=users), flush=True)
+
+
+def _open_loop(rt: AgentRuntime) -> bool:
+    """Every session starts by an arrival process (no closed-loop class runs users)."""
+    from workload.plan.load_model import closed_classes, is_open_loop
+
+    stages = rt.spec.profile.run.stages
+    rate_stages = bool(stages and getattr(stages[0], "arrival_rate", None) is not None)
+    return (rate_stages or is_open_loop(rt.spec.profile)) and not closed_classes(rt.spec.profile)
 
 
 def _elapsed(rt: AgentRuntime) -> float:

@@ -121,7 +121,8 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
     reasons = Counter(
         (str(s.get("outcome")), str(s.get("reason") or s.get("outcome")))
         for s in data.sessions
-        if s.get("outcome") not in ("completed", None)
+        # cancelled: still running when the run ended, counted in the Sessions fact
+        if s.get("outcome") not in ("completed", "cancelled", None)
     )
     if code is not None:
         ok = code == 0
