@@ -283,3 +283,12 @@ def test_tool_failure_examples_read_the_message_out_of_a_json_error_body():
                              '"type":"InternalServerError","code":500}}'}]  # fmt: skip
     (row,) = tool_failure_examples(rows)
     assert row[4] == "http_status on a tool step (HTTP 500: injected fault: HTTP 500)"
+
+
+def test_headline_warns_when_the_generator_fell_behind(tmp_path):
+    data = load_run(write_run(tmp_path / "ol"))
+    summary = dict(run_summary(data), arrivals={"scheduled": 4, "started": 4, "dropped": 0,
+                                                "delayed": 1, "fell_behind": True})  # fmt: skip
+    h = headline(data, summary)
+    assert h["ok"] and h["warn"] == "the load generator fell behind its schedule"
+    assert h["arrivals_loud"] and h["arrivals"].startswith("THE LOAD GENERATOR FELL BEHIND")

@@ -132,11 +132,14 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         )
     broken = int(sess.get("failed") or 0) + int(sess.get("tool_loop_failure") or 0)
     # exit 0 gates on errors and SLOs only: say so when sessions still ended early
-    warn = (
-        f"{fmt_count(broken)} of {fmt_count(sess.get('finished'))} sessions did not complete"
-        if ok and broken
-        else ""
-    )
+    warns = []
+    if ok and broken:
+        warns.append(
+            f"{fmt_count(broken)} of {fmt_count(sess.get('finished'))} sessions did not complete"
+        )
+    if ok and (summary.get("arrivals") or {}).get("fell_behind"):
+        warns.append("the load generator fell behind its schedule")
+    warn = " and ".join(warns)
     stopped = stop_line(run)
     if code in SIGNAL_VERDICT and stopped and reason.startswith(("interrupted", "stopped")):
         reason = ""  # the stop line says it, with the time
