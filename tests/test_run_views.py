@@ -9,13 +9,13 @@ from tests.builders import write_run
 from tests.report_runs import agent_run
 from workload.analyze.rundata import load_run
 from workload.report.run_views import (
+    arrivals_line,
     exit_reason,
     fingerprint_groups,
+    goodput_line,
     headline,
     idle_gap_table,
     idle_gaps,
-    arrivals_line,
-    goodput_line,
     max_error_ratio,
     slo_status,
     slo_text,
@@ -200,7 +200,12 @@ def test_slo_status_keeps_not_judged_apart_from_met_and_violated():
     assert slo_status({"passed": True}) == "met"
     assert slo_status({"passed": False}) == "violated"
     assert slo_status({"passed": False, "skipped": True}) == "skipped"  # an old run.json
-    unjudged = {"class_name": "bg", "metric": "e2e_p95_ms", "observed": None, "status": "not judged"}
+    unjudged = {
+        "class_name": "bg",
+        "metric": "e2e_p95_ms",
+        "observed": None,
+        "status": "not judged",
+    }
     assert slo_text(unjudged) == "bg e2e_p95_ms: no samples, not judged"
     required = dict(unjudged, status="violated", passed=False)
     assert slo_text(required) == "bg e2e_p95_ms: no samples (required)"
@@ -267,7 +272,9 @@ def test_headline_shows_skipped_lines_stop_and_goodput(tmp_path):
     with (run / "requests.jsonl").open("a") as f:
         f.write("{not json\n")
     meta = json.loads((run / "run.json").read_text())
-    meta.update(exit_code=130, exit_reason="interrupted (SIGINT)", stopped_by="SIGINT", duration_s=14.6)
+    meta.update(
+        exit_code=130, exit_reason="interrupted (SIGINT)", stopped_by="SIGINT", duration_s=14.6
+    )
     (run / "run.json").write_text(json.dumps(meta))
     data = load_run(run)
     h = headline(data, run_summary(data))

@@ -151,7 +151,9 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         "meaning": (
             "failed: partial run"
             if code == 1 and run.get("partial")
-            else EXIT_MEANING.get(code, "") if code is not None else ""
+            else EXIT_MEANING.get(code, "")
+            if code is not None
+            else ""
         ),
         "reason": reason,
         "stopped": stopped,
@@ -263,7 +265,7 @@ def stage_rows(summary: Mapping[str, Any], run: Mapping[str, Any]) -> list[list[
         stages = dig(run, "stages", "stages")
     if not isinstance(stages, list):
         return []
-    rows = []
+    rows: list[list[str]] = []
     for r in stages:
         if not isinstance(r, Mapping):
             continue
