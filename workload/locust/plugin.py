@@ -278,8 +278,8 @@ def _on_quit(exit_code: int = 0, **_kw: Any) -> None:
         if locust_count is not None and locust_count != ours["requests"]:
             print(
                 f"agentload: Locust's table above counts {locust_count} requests, agentload "
-                f"{ours['requests']}: {ours['cancelled']} cancelled when the run stopped are "
-                "recorded only by agentload",
+                f"{ours['requests']}: {ours['cancelled']} cancelled when the run stopped "
+                f"{'is' if ours['cancelled'] == 1 else 'are'} recorded only by agentload",
                 flush=True,
             )
         if rt.last_line:
