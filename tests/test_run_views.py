@@ -14,6 +14,7 @@ from workload.report.run_views import (
     fingerprint_groups,
     goodput_line,
     headline,
+    health_warning,
     idle_gap_table,
     idle_gaps,
     max_error_ratio,
@@ -299,3 +300,14 @@ def test_headline_warns_when_the_generator_fell_behind(tmp_path):
     h = headline(data, summary)
     assert h["ok"] and h["warn"] == "the load generator fell behind its schedule"
     assert h["arrivals_loud"] and h["arrivals"].startswith("THE LOAD GENERATOR FELL BEHIND")
+
+
+def test_health_warning_only_when_the_generator_crossed_its_thresholds():
+    gh = {"cpu_max": 0.97, "cpu_mean": 0.8, "cpu_threshold": 0.9, "loop_lag_ms_max": 120.0,
+          "loop_lag_threshold_ms": 100.0, "crossed": True}  # fmt: skip
+    assert health_warning({"generator_health": gh}) == (
+        "the load generator was busy (CPU max 97.0 % of a core, mean 80.0 %; event-loop lag "
+        "max 120 ms): timings may be bent; add --workers"
+    )
+    assert health_warning({"generator_health": dict(gh, crossed=False)}) == ""
+    assert health_warning({}) == ""

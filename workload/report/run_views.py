@@ -157,7 +157,7 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         ),
         "reason": reason,
         "stopped": stopped,
-        "warnings": [w for w in (data.skipped_warning(),) if w],
+        "warnings": [w for w in (data.skipped_warning(), health_warning(run)) if w],
         "goodput_line": goodput_line(summary, has_slos=bool(slos or run.get("slos"))),
         "arrivals": arrivals_line(summary.get("arrivals")),
         "arrivals_loud": bool((summary.get("arrivals") or {}).get("fell_behind")),
@@ -186,6 +186,24 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         "tool_calls_returned": fmt_count(ov.get("tool_calls_returned", ov.get("tool_calls"))),
         "tool_loop_failures": fmt_count(ov.get("tool_loop_failures")),
     }
+
+
+def health_warning(run: Mapping[str, Any]) -> str:
+    """A warning when the load generator itself was busy (run.json ``generator_health``)."""
+    gh = run.get("generator_health")
+    if not isinstance(gh, Mapping) or not gh.get("crossed"):
+        return ""
+    parts = []
+    if isinstance(gh.get("cpu_max"), (int, float)):
+        mean = gh.get("cpu_mean")
+        parts.append(
+            f"CPU max {fmt_pct(gh['cpu_max'])} of a core"
+            + (f", mean {fmt_pct(mean)}" if isinstance(mean, (int, float)) else "")
+        )
+    if isinstance(gh.get("loop_lag_ms_max"), (int, float)):
+        parts.append(f"event-loop lag max {fmt_ms(gh['loop_lag_ms_max'])} ms")
+    seen = f" ({'; '.join(parts)})" if parts else ""
+    return f"the load generator was busy{seen}: timings may be bent; add --workers"
 
 
 def goodput_line(summary: Mapping[str, Any], has_slos: bool = True) -> str:
