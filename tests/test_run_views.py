@@ -9,12 +9,19 @@ from tests.builders import write_run
 from tests.report_runs import agent_run
 from workload.analyze.rundata import load_run
 from workload.report.run_views import (
+    arrivals_line,
     exit_reason,
     fingerprint_groups,
+    goodput_line,
     headline,
+    health_warning,
     idle_gap_table,
     idle_gaps,
     max_error_ratio,
+    slo_status,
+    slo_text,
+    stage_rows,
+    stop_line,
     tool_failure_examples,
     tool_rows,
 )
@@ -155,7 +162,7 @@ def test_headline_and_tool_tables_of_an_agent_run(tmp_path):
     summary = run_summary(data)
     h = headline(data, summary)
     assert not h["ok"] and h["code"] == "1" and h["reason"].startswith("error ratio ")
-    assert h["slo_fail"] == 1 and h["slo_pass"] == 1
+    assert h["slo_violated"] == 1 and h["slo_met"] == 1 and h["slo_not_judged"] == 0
     assert int(h["tool_calls_planned"]) > 0 and h["tool_calls_returned"] == "0"
     assert h["sessions_tool_loop"] == h["tool_loop_failures"] != "0"
     assert any(
@@ -186,3 +193,121 @@ def test_tool_failure_examples_show_the_malformed_arguments():
             {"request_id": "r0", "user_class": "agent", "step": 1, "t_start": 2.0, "status": "ok"}]  # fmt: skip
     (ex,) = tool_failure_examples(rows)
     assert ex == ["r1", "agent #1", "grep", "grep", 'malformed tool call; arguments: \'{"q": "x\'']
+
+
+def test_slo_status_keeps_not_judged_apart_from_met_and_violated():
+    assert slo_status({"status": "not judged", "passed": True, "skipped": True}) == "not judged"
+    assert slo_status({"judged": False, "passed": True}) == "not judged"
+    assert slo_status({"passed": True}) == "met"
+    assert slo_status({"passed": False}) == "violated"
+    assert slo_status({"passed": False, "skipped": True}) == "skipped"  # an old run.json
+    unjudged = {
+        "class_name": "bg",
+        "metric": "e2e_p95_ms",
+        "observed": None,
+        "status": "not judged",
+    }
+    assert slo_text(unjudged) == "bg e2e_p95_ms: no samples, not judged"
+    required = dict(unjudged, status="violated", passed=False)
+    assert slo_text(required) == "bg e2e_p95_ms: no samples (required)"
+
+
+def test_exit_reason_uses_what_the_run_recorded():
+    run = {"exit_code": 130, "exit_reason": "interrupted (SIGINT)"}
+    assert exit_reason(run, {"overall": {"error_ratio": 0.0}}) == (130, "interrupted (SIGINT)")
+    # "ok" says nothing: exit 0 still spells out the error ratio and the SLOs met / not judged
+    run = {"exit_code": 0, "exit_reason": "ok", "slo_results": [
+        _slo(True, 0.01), {"class_name": "bg", "metric": "e2e_p95_ms", "observed": None,
+                           "status": "not judged", "passed": True, "skipped": True}]}  # fmt: skip
+    code, why = exit_reason(run, {"overall": {"error_ratio": 0.0}})
+    assert why == "error ratio 0.0 % ≤ 5.0 %, 1 SLO met, 1 not judged (no samples)"
+
+
+def test_goodput_line_reads_both_ratios_and_the_rate():
+    summary = {"overall": {"request_goodput_ratio": 0.931,
+                           "sessions": {"goodput_ratio": 0.8, "goodput_per_min": 12.44}}}  # fmt: skip
+    assert goodput_line(summary) == (
+        "93.1 % of requests, 80.0 % of sessions met every SLO (12.4 good sessions/min)"
+    )
+    assert "no SLOs set" in goodput_line(summary, has_slos=False)
+    assert goodput_line({"overall": {}}) == ""  # an old run without goodput
+
+
+def test_stop_line_says_interrupted_and_which_worker_was_lost():
+    assert stop_line({"stopped_by": "end of run"}) == ""
+    assert stop_line({"stopped_by": "SIGINT"}) == "interrupted (SIGINT)"
+    lost = {"stopped_by": "end of run", "partial": True,
+            "lost_workers": [{"worker": 1, "t_s": 12.34}]}  # fmt: skip
+    assert stop_line(lost) == "partial: worker 1 lost at 12.3 s; later load is missing"
+    assert stop_line({"partial": True, "partial_reason": "why"}) == "partial: why"
+
+
+def test_arrivals_line_is_loud_when_the_generator_fell_behind():
+    a = {"scheduled": 40, "started": 38, "dropped": 2, "delayed": 5, "tolerance_s": 0.25,
+         "p50_s": 0.002, "p99_s": 1.5, "max_s": 2.25, "fell_behind": False}  # fmt: skip
+    line = arrivals_line(a)
+    assert line.startswith("40 sessions due, 38 started, 2 dropped, 5 started late (> 250 ms)")
+    assert "p50 2 ms · p99 1.5 s · max 2.2 s" in line
+    assert arrivals_line(dict(a, fell_behind=True)).startswith("THE LOAD GENERATOR FELL BEHIND")
+    assert arrivals_line(None) == ""
+
+
+def test_stage_rows_from_the_summary_or_run_json():
+    st = [{"index": 0, "start_s": 0, "end_s": 6, "ramp_s": 0, "arrival_rate": 1.0, "requests": 28,
+           "errors": 0, "ttft_p95_ms": 30.1, "tpot_p95_ms": 6.8, "goodput_ratio": 1.0,
+           "goodput_per_s": 4.667, "lateness": {"p99_s": 0.056}},
+          {"index": 1, "start_s": 6, "end_s": 14, "ramp_s": 2, "users": 8, "requests": 1200,
+           "errors": 3, "ttft_p95_ms": 330.0, "tpot_p95_ms": None, "goodput_ratio": 0.5,
+           "goodput_per_s": 1.0, "lateness": None}]  # fmt: skip
+    rows = stage_rows({"stages": st}, {})
+    assert rows[0] == ["0", "0–6 s", "1 /s", "28", "0", "30.1", "6.8", "100.0 %", "4.67", "56 ms"]
+    assert rows[1][2] == "8 users (ramp 2 s)" and rows[1][3] == "1,200" and rows[1][-1] == "-"
+    assert stage_rows({}, {"stages": {"stages": st}}) == rows
+    assert stage_rows({}, {}) == []
+
+
+def test_headline_shows_skipped_lines_stop_and_goodput(tmp_path):
+    import json
+
+    run = write_run(tmp_path / "r")
+    with (run / "requests.jsonl").open("a") as f:
+        f.write("{not json\n")
+    meta = json.loads((run / "run.json").read_text())
+    meta.update(
+        exit_code=130, exit_reason="interrupted (SIGINT)", stopped_by="SIGINT", duration_s=14.6
+    )
+    (run / "run.json").write_text(json.dumps(meta))
+    data = load_run(run)
+    h = headline(data, run_summary(data))
+    assert h["code"] == "130" and h["verdict"] == "Interrupted" and not h["ok"]
+    assert h["stopped"].startswith("interrupted (SIGINT) after 14.6 s") and h["reason"] == ""
+    assert h["warnings"] and "corrupt JSONL line" in h["warnings"][0]
+
+
+def test_tool_failure_examples_read_the_message_out_of_a_json_error_body():
+    rows = [{"request_id": "r1", "user_class": "agent", "step": 2, "t_start": 1.0,
+             "planned_tool": "read_file", "tool_loop_failure": "http_status on a tool step",
+             "error_detail": 'HTTP 500: {"error":{"message":"injected fault: HTTP 500",'
+                             '"type":"InternalServerError","code":500}}'}]  # fmt: skip
+    (row,) = tool_failure_examples(rows)
+    assert row[4] == "http_status on a tool step (HTTP 500: injected fault: HTTP 500)"
+
+
+def test_headline_warns_when_the_generator_fell_behind(tmp_path):
+    data = load_run(write_run(tmp_path / "ol"))
+    summary = dict(run_summary(data), arrivals={"scheduled": 4, "started": 4, "dropped": 0,
+                                                "delayed": 1, "fell_behind": True})  # fmt: skip
+    h = headline(data, summary)
+    assert h["ok"] and h["warn"] == "the load generator fell behind its schedule"
+    assert h["arrivals_loud"] and h["arrivals"].startswith("THE LOAD GENERATOR FELL BEHIND")
+
+
+def test_health_warning_only_when_the_generator_crossed_its_thresholds():
+    gh = {"cpu_max": 0.97, "cpu_mean": 0.8, "cpu_threshold": 0.9, "loop_lag_ms_max": 120.0,
+          "loop_lag_threshold_ms": 100.0, "crossed": True}  # fmt: skip
+    assert health_warning({"generator_health": gh}) == (
+        "the load generator was busy (CPU max 97.0 % of a core, mean 80.0 %; event-loop lag "
+        "max 120 ms): timings may be bent; add --workers"
+    )
+    assert health_warning({"generator_health": dict(gh, crossed=False)}) == ""
+    assert health_warning({}) == ""

@@ -88,3 +88,61 @@ def test_report_headline_tool_loop_and_charts_render(tmp_path, width):
         finally:
             browser.close()
     assert shot.stat().st_size > 10_000
+
+
+def _open_loop_run(path: Path) -> Path:
+    """agent_run with what newer runs record: goodput, a not-judged SLO, stages, arrivals."""
+    import json
+
+    run = agent_run(path)
+    meta = json.loads((run / "run.json").read_text())
+    meta["slo_results"].append(
+        {"class_name": "background", "metric": "e2e_p95_ms", "threshold": 5000, "observed": None,
+         "passed": True, "unit": "ms", "bound": "<=", "skipped": True, "judged": False,
+         "status": "not judged", "message": ""}
+    )  # fmt: skip
+    stages = [
+        {"index": i, "start_s": 60.0 * i, "end_s": 60.0 * (i + 1), "ramp_s": 0.0,
+         "arrival_rate": rate, "t_start": 60.0 * i, "t_end": 60.0 * (i + 1), "requests": 100 + i,
+         "errors": i, "ttft_p95_ms": 300.0 + i, "tpot_p95_ms": 20.0, "goodput_ratio": 0.9,
+         "goodput_per_s": 1.5, "sessions_scheduled": 30, "lateness": {"p99_s": 0.02}}
+        for i, rate in enumerate((0.5, 2.0))
+    ]  # fmt: skip
+    meta["stages"] = {"dimension": "arrival_rate", "t0": 0.0, "stages": stages}
+    meta["summary"] = None  # rebuilt from the rows below, which carry the goodput counters
+    (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+@pytest.mark.parametrize("width", [1280, 420])
+def test_report_goodput_not_judged_slo_and_stage_table_render(tmp_path, width):
+    sync_playwright = _playwright_or_skip()
+    report = write_run_report(_open_loop_run(tmp_path / "run"))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.goto(report.resolve().as_uri())
+            page.wait_for_load_state("load")
+            shot = tmp_path / f"report-stages-{width}.png"
+            page.screenshot(path=str(shot), full_page=True)
+            keep = os.environ.get("AGENTLOAD_SCREENSHOTS")
+            if keep:
+                shutil.copy(shot, Path(keep) / f"report13-stages-{width}.png")
+            goodput = page.locator("#goodput")
+            assert goodput.is_visible()
+            assert "of requests" in goodput.inner_text() and "met every SLO" in goodput.inner_text()
+            counts = page.locator("#slo-counts").inner_text()
+            assert "1 met" in counts and "1 violated" in counts and "1 not judged" in counts
+            status = page.locator("#slo td.slo-status").all_inner_texts()
+            assert sorted(status) == ["VIOLATED", "met", "not judged"]
+            stages = page.locator("#stages")
+            stages.scroll_into_view_if_needed()
+            assert stages.is_visible() and stages.locator("tr").count() == 3
+            assert "2 /s" in stages.inner_text()
+            good = page.locator("table.summary th", has_text="good req.")
+            assert good.count() == 1
+            width_now = page.evaluate("() => document.documentElement.scrollWidth")
+            assert width_now <= width + 1, "page overflows horizontally"
+        finally:
+            browser.close()

@@ -184,7 +184,18 @@ def _progress_loop(rt: AgentRuntime) -> None:
     while True:
         gevent.sleep(interval)
         users = rt.env.runner.user_count if rt.env.runner else 0
+        if _open_loop(rt):  # one Locust user drives the arrivals: its count says nothing
+            users = None
         print(progress_line(rt.total, elapsed_s=_elapsed(rt), users=users), flush=True)
+
+
+def _open_loop(rt: AgentRuntime) -> bool:
+    """Every session starts by an arrival process (no closed-loop class runs users)."""
+    from workload.plan.load_model import closed_classes, is_open_loop
+
+    stages = rt.spec.profile.run.stages
+    rate_stages = bool(stages and getattr(stages[0], "arrival_rate", None) is not None)
+    return (rate_stages or is_open_loop(rt.spec.profile)) and not closed_classes(rt.spec.profile)
 
 
 def _elapsed(rt: AgentRuntime) -> float:
@@ -260,7 +271,7 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
     code = _finish(rt)
     if stop.signum is not None or not environment.process_exit_code:
         environment.process_exit_code = code
-    if rt.spec.argv:
+    if _under_agentload_run(rt):
         # Under `agentload run` our table is the run's table: Locust's (which counts no
         # cancelled requests) would follow it with a different count.
         logging.getLogger("locust.stats_logger").disabled = True
@@ -275,8 +286,8 @@ def _on_quit(exit_code: int = 0, **_kw: Any) -> None:
         if locust_count is not None and locust_count != ours["requests"]:
             print(
                 f"agentload: Locust's table above counts {locust_count} requests, agentload "
-                f"{ours['requests']}: {ours['cancelled']} cancelled when the run stopped are "
-                "recorded only by agentload",
+                f"{ours['requests']}: {ours['cancelled']} cancelled when the run stopped "
+                f"{'is' if ours['cancelled'] == 1 else 'are'} recorded only by agentload",
                 flush=True,
             )
         if rt.last_line:
@@ -284,6 +295,12 @@ def _on_quit(exit_code: int = 0, **_kw: Any) -> None:
 
 
 _DEFERRED: list[AgentRuntime] = []
+
+
+def _under_agentload_run(rt: AgentRuntime) -> bool:
+    """`agentload run` hands Locust the resolved spec; plain `locust -f` does not (spec.argv
+    is set either way: plain Locust records its own command line)."""
+    return bool(getattr(getattr(rt.env, "parsed_options", None), "agent_spec", ""))
 
 
 def _locust_request_count(rt: AgentRuntime) -> int | None:
@@ -309,7 +326,7 @@ def _finish(rt: AgentRuntime) -> int:
     m.lost_workers = list(stop.lost_workers)
     m.settle = rt.role == "master"
     # Plain `locust -f` prints its own table after ours: our last line goes after it.
-    m.defer_last_line = not rt.spec.argv and rt.env.web_ui is None
+    m.defer_last_line = not _under_agentload_run(rt) and rt.env.web_ui is None
     rt.exit_code = finalize_run(rt.spec, m)
     rt.total = m.total  # the aggregate that counts what was written
     rt.last_line = m.last_line

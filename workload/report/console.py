@@ -73,7 +73,9 @@ def console_table(summary: Mapping[str, Any]) -> str:
         lines.append("  ".join(cells).rstrip())
         if j == 0:
             lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines) + "\n(latencies in ms)" + tool_line(summary["overall"])
+    cancelled = summary["overall"].get("cancelled") or 0
+    note = f"; reqs include {cancelled} cancelled when the run stopped" if cancelled else ""
+    return "\n".join(lines) + f"\n(latencies in ms{note})" + tool_line(summary["overall"])
 
 
 def tool_line(view: Mapping[str, Any]) -> str:
@@ -128,8 +130,11 @@ def step_rows(summary: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]
     return out
 
 
-def progress_line(agg: Aggregate | Mapping[str, Any], *, elapsed_s: float, users: int) -> str:
-    """One console line for headless runs: totals so far, overall latency tails, throughput."""
+def progress_line(
+    agg: Aggregate | Mapping[str, Any], *, elapsed_s: float, users: int | None
+) -> str:
+    """One console line for headless runs: totals so far, overall latency tails, throughput
+    (users None: an open-loop run, whose load is its arrival rate, not a user count)."""
     if isinstance(agg, Aggregate):
         v = agg.overall.summary(elapsed_s, with_sessions=True)
     else:
@@ -137,7 +142,7 @@ def progress_line(agg: Aggregate | Mapping[str, Any], *, elapsed_s: float, users
     s = v["sessions"]
     tps = (v.get("throughput") or {}).get("output_tokens_per_s")
     return (
-        f"[{elapsed_s:6.0f}s] users {users} | reqs {v['requests']} ok {v['ok']} "
+        f"[{elapsed_s:6.0f}s] {'open loop' if users is None else f'users {users}'} | reqs {v['requests']} ok {v['ok']} "
         f"err {_pct(v.get('error_ratio'))} | sessions {s['completed']}/{s['finished']} done | "
         f"TTFT p95 {_ms(v['ttft_ms'].get('p95'))} ms | ITL p95 {_ms(v['itl_ms'].get('p95'))} ms | "
         f"out {'-' if tps is None else f'{tps:.0f}'} tok/s"

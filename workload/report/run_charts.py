@@ -269,6 +269,9 @@ def agent_charts(data: RunData, summary: dict, classes: list[str]) -> list[Chart
         _acceptance_by_kind(data, classes),
         session_timeline(data),
     ]  # fmt: skip
+    starts = [r["t_start"] for r in data.requests if r.get("t_start")]
+    if starts:  # the TPOT axis counts from the first request, as TTFT's does
+        mark_stages(out[0], s_tpot, stage_offsets(summary, min(starts)))
     gaps = idle_gap_table(data.requests)
     cats = [g["bucket"] for g in gaps]
     cached = [Series("cached", [(j, 100.0 * g["cached_ratio"]) for j, g in enumerate(gaps)

@@ -13,7 +13,9 @@ from workload.report.run_views import (
     fingerprint_groups,
     headline,
     idle_gap_table,
+    slo_status,
     slo_text,
+    stage_rows,
     tool_failure_examples,
     tool_rows,
     trace_rows,
@@ -107,11 +109,13 @@ def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
             dict(
                 r,
                 text=slo_text(r),
+                status=slo_status(r),
                 observed_text=fmt_value(r.get("observed"), str(r.get("unit") or "")),
                 threshold_text=fmt_value(r.get("threshold"), str(r.get("unit") or "")),
             )
             for r in slo
         ],
+        stage_rows=stage_rows(summary, data.run),
         tool_rows=tool_rows(summary),
         tool_examples=tool_failure_examples(data.requests),
         idle_rows=_idle_rows(data),

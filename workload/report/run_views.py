@@ -4,22 +4,26 @@ and the fingerprint in groups. Plain data from a run directory; the template dra
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from workload.analyze.rundata import RunData
 from workload.observe.fingerprint import flatten_fingerprint
-from workload.report.views import dig, fmt_count, fmt_pct, fmt_value
+from workload.report.views import dig, fmt_count, fmt_ms, fmt_num, fmt_pct, fmt_value
 
 EXIT_MEANING = {
     0: "passed",
     1: "failed: too many errors",
     2: "bad input",
-    3: "failed: SLO not met",
-    130: "interrupted (SIGINT)",
-    143: "terminated (SIGTERM)",
+    3: "failed: SLO violated",
+    129: "SIGHUP",
+    130: "SIGINT",
+    143: "SIGTERM",
 }
+# The headline's first word for exits by signal (stopped early: neither passed nor failed).
+SIGNAL_VERDICT = {129: "Stopped", 130: "Interrupted", 143: "Terminated"}
 DEFAULT_MAX_ERROR_RATIO = 0.05
 
 
@@ -43,6 +47,20 @@ def max_error_ratio(run: Mapping[str, Any]) -> float:
     return float(v) if isinstance(v, (int, float)) else DEFAULT_MAX_ERROR_RATIO
 
 
+def slo_status(r: Mapping[str, Any]) -> str:
+    """'met', 'violated', 'not judged' (no samples: neither met nor violated) or 'skipped'.
+
+    run.json's ``status`` when present; older runs: from ``passed`` / ``skipped``."""
+    st = r.get("status")
+    if st in ("met", "violated", "not judged"):
+        return str(st)
+    if r.get("judged") is False:
+        return "not judged"
+    if r.get("skipped"):
+        return "skipped"
+    return "met" if r.get("passed") else "violated"
+
+
 def slo_text(r: Mapping[str, Any]) -> str:
     """'interactive ttft_p95_ms 1,234 ms > 800 ms' (the observed value against its bound)."""
     unit = str(r.get("unit") or "")
@@ -50,10 +68,12 @@ def slo_text(r: Mapping[str, Any]) -> str:
     bound = str(r.get("bound") or "<=")
     cls = "overall" if r.get("class_name") == "*" else r.get("class_name")
     if obs is None:
-        return f"{cls} {r.get('metric')}: no samples"
+        if slo_status(r) == "violated":  # --require-slo-samples: no samples fails
+            return f"{cls} {r.get('metric')}: no samples (required)"
+        return f"{cls} {r.get('metric')}: no samples, not judged"
     broke = ">" if bound == "<=" else "<"
     held = "≤" if bound == "<=" else "≥"
-    op = held if r.get("passed") else broke
+    op = held if slo_status(r) == "met" else broke
     return f"{cls} {r.get('metric')} {fmt_value(obs, unit)} {op} {fmt_value(thr, unit)}"
 
 
@@ -61,12 +81,16 @@ def exit_reason(run: Mapping[str, Any], summary: Mapping[str, Any]) -> tuple[int
     """The run's exit code and why, e.g. (1, 'error ratio 16.9 % > 5 %')."""
     code = run.get("exit_code")
     code = int(code) if isinstance(code, (int, float)) else None
+    recorded = run.get("exit_reason")
+    if isinstance(recorded, str) and recorded and recorded != "ok":
+        return code, recorded  # what the run itself said (signals, partial runs, bad SLOs)
     err = dig(summary, "overall", "error_ratio")
     limit = max_error_ratio(run)
     failed = [
-        r for r in run.get("slo_results") or [] if isinstance(r, dict) and not r.get("passed")
+        r
+        for r in run.get("slo_results") or []
+        if isinstance(r, dict) and slo_status(r) == "violated"
     ]
-    failed = [r for r in failed if not r.get("skipped")]
     if code == 1 or (code is None and isinstance(err, (int, float)) and err > limit):
         return code, f"error ratio {fmt_pct(err)} > {fmt_pct(limit)}"
     if code == 3 or (code is None and failed):
@@ -75,9 +99,14 @@ def exit_reason(run: Mapping[str, Any], summary: Mapping[str, Any]) -> tuple[int
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
         return code, f"SLO failed: {slo_text(failed[0])}{more}"
     if code == 0:
-        n = len([r for r in run.get("slo_results") or [] if isinstance(r, dict)])
+        st = Counter(slo_status(r) for r in run.get("slo_results") or [] if isinstance(r, dict))
+        n = st["met"]
         slos = f", {n} SLO{'s' if n != 1 else ''} met" if n else ""
+        if st["not judged"]:
+            slos += f", {st['not judged']} not judged (no samples)"
         return code, f"error ratio {fmt_pct(err)} ≤ {fmt_pct(limit)}{slos}"
+    if code in SIGNAL_VERDICT:
+        return code, f"{SIGNAL_VERDICT[code].lower()} ({EXIT_MEANING[code]})"
     return code, EXIT_MEANING.get(code, "unknown") if code is not None else "exit code not recorded"
 
 
@@ -88,10 +117,12 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
     ov = summary.get("overall") or {}
     sess = ov.get("sessions") or {}
     slos = [r for r in run.get("slo_results") or [] if isinstance(r, dict)]
+    status = Counter(slo_status(r) for r in slos)
     reasons = Counter(
         (str(s.get("outcome")), str(s.get("reason") or s.get("outcome")))
         for s in data.sessions
-        if s.get("outcome") not in ("completed", None)
+        # cancelled: still running when the run ended, counted in the Sessions fact
+        if s.get("outcome") not in ("completed", "cancelled", None)
     )
     if code is not None:
         ok = code == 0
@@ -101,24 +132,45 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         )
     broken = int(sess.get("failed") or 0) + int(sess.get("tool_loop_failure") or 0)
     # exit 0 gates on errors and SLOs only: say so when sessions still ended early
-    warn = (
-        f"{fmt_count(broken)} of {fmt_count(sess.get('finished'))} sessions did not complete"
-        if ok and broken
-        else ""
-    )
+    warns = []
+    if ok and broken:
+        warns.append(
+            f"{fmt_count(broken)} of {fmt_count(sess.get('finished'))} sessions did not complete"
+        )
+    if ok and (summary.get("arrivals") or {}).get("fell_behind"):
+        warns.append("the load generator fell behind its schedule")
+    warn = " and ".join(warns)
+    stopped = stop_line(run)
+    if code in SIGNAL_VERDICT and stopped and reason.startswith(("interrupted", "stopped")):
+        reason = ""  # the stop line says it, with the time
     return {
         "ok": ok,
+        "verdict": SIGNAL_VERDICT.get(code or 0) or ("Passed" if ok else "Failed"),
         "warn": warn,
         "code": "-" if code is None else str(code),
-        "meaning": EXIT_MEANING.get(code, "") if code is not None else "",
+        "meaning": (
+            "failed: partial run"
+            if code == 1 and run.get("partial")
+            else EXIT_MEANING.get(code, "")
+            if code is not None
+            else ""
+        ),
         "reason": reason,
-        "slo_pass": sum(1 for r in slos if r.get("passed") and not r.get("skipped")),
-        "slo_fail": sum(1 for r in slos if not r.get("passed") and not r.get("skipped")),
-        "slo_skip": sum(1 for r in slos if r.get("skipped")),
-        "slo_failed": [slo_text(r) for r in slos if not r.get("passed") and not r.get("skipped")],
+        "stopped": stopped,
+        "warnings": [w for w in (data.skipped_warning(), health_warning(run)) if w],
+        "goodput_line": goodput_line(summary, has_slos=bool(slos or run.get("slos"))),
+        "arrivals": arrivals_line(summary.get("arrivals")),
+        "arrivals_loud": bool((summary.get("arrivals") or {}).get("fell_behind")),
+        "slo_met": status["met"],
+        "slo_violated": status["violated"],
+        "slo_not_judged": status["not judged"],
+        "slo_skip": status["skipped"],
+        "slo_failed": [slo_text(r) for r in slos if slo_status(r) == "violated"],
+        "slo_unjudged": [slo_text(r) for r in slos if slo_status(r) == "not judged"],
         "requests": fmt_count(ov.get("requests")),
         "errors": fmt_count(ov.get("errors")),
         "error_ratio": fmt_pct(ov.get("error_ratio")),
+        "cancelled": fmt_count(ov.get("cancelled")) if ov.get("cancelled") else "",
         "errors_by_kind": [
             (k, fmt_count(n))
             for k, n in sorted((ov.get("errors_by_kind") or {}).items(), key=lambda kv: -kv[1])
@@ -130,12 +182,133 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         "sessions_cancelled": fmt_count(sess.get("cancelled")),
         "success_ratio": fmt_pct(sess.get("success_ratio")),
         "session_reasons": [(o, r, fmt_count(n)) for (o, r), n in reasons.most_common(6)],
-        "good": fmt_count(sess.get("good")),
-        "goodput": fmt_value(sess.get("goodput_per_min"), "per_min"),
         "tool_calls_planned": fmt_count(ov.get("tool_calls_planned")),
         "tool_calls_returned": fmt_count(ov.get("tool_calls_returned", ov.get("tool_calls"))),
         "tool_loop_failures": fmt_count(ov.get("tool_loop_failures")),
     }
+
+
+def health_warning(run: Mapping[str, Any]) -> str:
+    """A warning when the load generator itself was busy (run.json ``generator_health``)."""
+    gh = run.get("generator_health")
+    if not isinstance(gh, Mapping) or not gh.get("crossed"):
+        return ""
+    parts = []
+    if isinstance(gh.get("cpu_max"), (int, float)):
+        mean = gh.get("cpu_mean")
+        parts.append(
+            f"CPU max {fmt_pct(gh['cpu_max'])} of a core"
+            + (f", mean {fmt_pct(mean)}" if isinstance(mean, (int, float)) else "")
+        )
+    if isinstance(gh.get("loop_lag_ms_max"), (int, float)):
+        parts.append(f"event-loop lag max {fmt_ms(gh['loop_lag_ms_max'])} ms")
+    seen = f" ({'; '.join(parts)})" if parts else ""
+    return f"the load generator was busy{seen}: timings may be bent; add --workers"
+
+
+def goodput_line(summary: Mapping[str, Any], has_slos: bool = True) -> str:
+    """'93.1 % of requests, 80.0 % of sessions met every SLO (12.4 good sessions/min)'.
+
+    Without SLOs every ok request and completed session is good, and the line says so."""
+    ov = summary.get("overall") or {}
+    sess = ov.get("sessions") or {}
+    req, ses = ov.get("request_goodput_ratio"), sess.get("goodput_ratio")
+    per_min = sess.get("goodput_per_min")
+    parts = []
+    if isinstance(req, (int, float)):
+        parts.append(f"{fmt_pct(req)} of requests")
+    if isinstance(ses, (int, float)):
+        parts.append(f"{fmt_pct(ses)} of sessions")
+    if not parts:
+        return ""
+    text = ", ".join(parts) + (
+        " met every SLO" if has_slos else " good (no SLOs set: ok requests, completed sessions)"
+    )
+    if isinstance(per_min, (int, float)):
+        text += f" ({per_min:,.1f} good sessions/min)"
+    return text
+
+
+def _s(x: Any) -> str:
+    """Seconds for people: 0.012 -> '12 ms', 3.4 -> '3.4 s'."""
+    if not isinstance(x, (int, float)):
+        return "-"
+    return f"{x * 1000:,.0f} ms" if x < 1 else f"{x:,.1f} s"
+
+
+def arrivals_line(a: Mapping[str, Any] | None) -> str:
+    """The open-loop schedule kept or not: sessions due / started / dropped and start lateness."""
+    if not isinstance(a, Mapping) or not a:
+        return ""
+    text = (
+        f"{fmt_count(a.get('scheduled'))} sessions due, {fmt_count(a.get('started'))} started, "
+        f"{fmt_count(a.get('dropped'))} dropped, {fmt_count(a.get('delayed'))} started late "
+        f"(> {_s(a.get('tolerance_s'))}); start lateness p50 {_s(a.get('p50_s'))} · "
+        f"p99 {_s(a.get('p99_s'))} · max {_s(a.get('max_s'))}"
+    )
+    if a.get("fell_behind"):
+        text = (
+            "THE LOAD GENERATOR FELL BEHIND its arrival schedule: the server saw less load "
+            "than asked (raise --max-in-flight, add --workers or lower the rate). " + text
+        )
+    return text
+
+
+def stop_line(run: Mapping[str, Any]) -> str:
+    """'interrupted (SIGINT)', 'partial: worker 1 lost at 12.3 s', both, or '' (ran to its end)."""
+    parts = []
+    by = run.get("stopped_by")
+    if isinstance(by, str) and by and by != "end of run":
+        text = f"interrupted ({by})" if by == "SIGINT" else f"stopped by {by}"
+        if isinstance(run.get("duration_s"), (int, float)):
+            text += f" after {run['duration_s']:,.1f} s: the numbers cover only the part that ran"
+        parts.append(text)
+    lost = [w for w in run.get("lost_workers") or [] if isinstance(w, Mapping)]
+    if lost:
+        at = ", ".join(
+            f"worker {w.get('worker')} lost"
+            + (f" at {w['t_s']:,.1f} s" if isinstance(w.get("t_s"), (int, float)) else "")
+            for w in lost
+        )
+        parts.append(f"partial: {at}; later load is missing")
+    elif run.get("partial"):
+        parts.append(f"partial: {run.get('partial_reason') or 'the run is incomplete'}")
+    return " · ".join(parts)
+
+
+def stage_rows(summary: Mapping[str, Any], run: Mapping[str, Any]) -> list[list[str]]:
+    """Per load stage: window, level, requests, errors, TTFT / TPOT p95, goodput, lateness p99."""
+    stages = summary.get("stages")
+    if not isinstance(stages, list):
+        stages = dig(run, "stages", "stages")
+    if not isinstance(stages, list):
+        return []
+    rows: list[list[str]] = []
+    for r in stages:
+        if not isinstance(r, Mapping):
+            continue
+        if r.get("arrival_rate") is not None:
+            level = f"{fmt_value(r['arrival_rate'])} /s"
+        elif r.get("users") is not None:
+            level = f"{fmt_count(r['users'])} users"
+        else:
+            level = "-"
+        if isinstance(r.get("ramp_s"), (int, float)) and r["ramp_s"] > 0:
+            level += f" (ramp {fmt_value(r['ramp_s'])} s)"
+        late = r.get("lateness") or {}
+        rows.append([
+            str(r.get("index", len(rows))),
+            f"{fmt_value(r.get('start_s'))}–{fmt_value(r.get('end_s'))} s",
+            level,
+            fmt_count(r.get("requests")),
+            fmt_count(r.get("errors")),
+            fmt_ms(r.get("ttft_p95_ms")),
+            fmt_ms(r.get("tpot_p95_ms")),
+            fmt_pct(r.get("goodput_ratio")),
+            fmt_num(r.get("goodput_per_s")),
+            _s(late.get("p99_s")) if late else "-",
+        ])  # fmt: skip
+    return rows
 
 
 def tool_rows(summary: Mapping[str, Any]) -> list[list[str]]:
@@ -164,7 +337,7 @@ def tool_failure_examples(requests: Iterable[Mapping[str, Any]], n: int = 8) -> 
         returned = ", ".join(
             str(c.get("name")) for c in r.get("tool_calls") or [] if isinstance(c, dict)
         )
-        detail = r.get("error_detail") or ""
+        detail = _short_detail(str(r.get("error_detail") or ""))
         wrong = str(why or r.get("error_kind"))
         if detail and detail not in wrong:
             wrong += f" ({detail[:160]})"
@@ -180,6 +353,18 @@ def tool_failure_examples(requests: Iterable[Mapping[str, Any]], n: int = 8) -> 
         if len(out) >= n:
             break
     return out
+
+
+_JSON_MESSAGE = re.compile(r'\{.*"message"\s*:\s*"((?:[^"\\]|\\.)*)".*\}', re.S)
+
+
+def _short_detail(detail: str) -> str:
+    """An error detail for people: a server's JSON error body becomes its message
+    ('HTTP 500: {"error":{"message":"boom",...}}' -> 'HTTP 500: boom')."""
+    m = _JSON_MESSAGE.search(detail)
+    if m:
+        detail = detail[: m.start()] + m.group(1) + detail[m.end() :]
+    return detail
 
 
 # Idle gap before a step: how long the session's prefix sat in the server's cache unused.

@@ -89,7 +89,7 @@ def fmt_value(v: Any, unit: str = "") -> str:
 
 
 SUMMARY_COLUMNS = (
-    "class", "requests", "errors", "sessions ok / finished", "TTFT p50", "TTFT p95", "TTFT p99",
+    "class", "requests", "errors", "sessions ok / finished", "good req.", "good sess.", "TTFT p50", "TTFT p95", "TTFT p99",
     "ITL p50", "ITL p95", "TPOT p50", "E2E p50", "E2E p95", "out tok/s", "cached", "acc. length", "draft acc.",
 )  # fmt: skip
 
@@ -98,6 +98,10 @@ COLUMN_HELP = {
     "requests": "Request attempts (retries count), including errors and cancelled ones.",
     "errors": "error ratio = errors / (requests - cancelled)",
     "sessions ok / finished": "Completed sessions / sessions that ended (any outcome but cancelled).",
+    "good req.": "Request goodput: good requests / (requests - cancelled). Good = succeeded and met "
+    "every request-level SLO of its class (without SLOs: succeeded).",
+    "good sess.": "Session goodput: good sessions / finished sessions. Good = completed, every "
+    "request good, and the session-level SLOs met.",
     "TTFT p50": "Time to first token (ms), successful requests; HDR percentile.",
     "TTFT p95": "Time to first token (ms), successful requests; HDR percentile.",
     "TTFT p99": "Time to first token (ms), successful requests; HDR percentile.",
@@ -128,7 +132,9 @@ def summary_rows(summary: dict[str, Any]) -> list[list[str]]:
                 name,
                 fmt_count(v.get("requests")),
                 fmt_pct(v.get("error_ratio")),
-                f"{s.get('completed', 0)} / {s.get('finished', 0)}",
+                f"{fmt_count(s.get('completed', 0))} / {fmt_count(s.get('finished', 0))}",
+                fmt_pct(v.get("request_goodput_ratio")),
+                fmt_pct(s.get("goodput_ratio")),
                 fmt_ms(dig(v, "ttft_ms", "p50")),
                 fmt_ms(dig(v, "ttft_ms", "p95")),
                 fmt_ms(dig(v, "ttft_ms", "p99")),
