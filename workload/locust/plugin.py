@@ -11,7 +11,7 @@ from typing import Any
 import gevent
 
 from workload.errors import EXIT_BAD_INPUT, AgentloadError
-from workload.locust import arrivals, stopping, webui
+from workload.locust import arrivals, stopping, warmup, webui
 from workload.locust import options as options_mod
 from workload.locust.runtime import MSG_USER_DONE, AgentRuntime
 from workload.measure import artifacts
@@ -24,6 +24,7 @@ def register(events: Any) -> None:
     if getattr(events, "_agentload_registered", False):
         return
     events._agentload_registered = True
+    warmup.install_fork_hook()  # `--processes`: workers inherit the warm caches
     events.init_command_line_parser.add_listener(options_mod.add_arguments)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
@@ -58,6 +59,8 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     environment.events.worker_report.add_listener(partial(_on_worker_report, environment))
     if environment.runner is not None and role != "local":
         environment.runner.register_message(MSG_USER_DONE, _on_user_done)
+    if role == "master":
+        warmup.raise_heartbeat_tolerance()
     if environment.web_ui is not None:
         webui.install(environment)
         webui.prefill_form(environment)
@@ -94,7 +97,11 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
     rt = AgentRuntime(environment, spec)
     environment.agentload = rt
     try:
+        if role == "worker":
+            warmup.yield_to_loop()  # a heartbeat before and after the set-up (warmup.py)
         rt.prepare()
+        if role == "worker":
+            warmup.yield_to_loop()
         if role != "worker":
             arrivals.stamp_t0(rt)
         if role == "master":
