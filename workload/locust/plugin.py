@@ -196,6 +196,8 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
     rt = environment.agentload
     if rt is None:
         return
+    if getattr(rt.watcher, "sweep", None) is not None:
+        rt.watcher.sweep()  # workers gone missing just before the stop count as lost
     for name in ("progress", "watcher"):
         greenlet = getattr(rt, name, None)
         if greenlet is not None:

@@ -22,10 +22,12 @@ Three things keep that from happening:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
+
 log = logging.getLogger("agentload")
 
 # Seconds without a heartbeat before the master calls a worker missing (Locust's default: ~4).
@@ -56,10 +58,8 @@ def tokenizer_choice(argv: list[str]) -> str:
     choice = ""
     for i, arg in enumerate(argv):
         if arg.startswith("--agent-spec="):
-            try:
+            with contextlib.suppress(ValueError, AttributeError):
                 choice = str(json.loads(arg.partition("=")[2]).get("tokenizer") or choice)
-            except (ValueError, AttributeError):
-                pass
         elif arg == "--tokenizer" and i + 1 < len(argv):
             choice = argv[i + 1]
         elif arg.startswith("--tokenizer="):

@@ -1,0 +1,35 @@
+"""Distributed start-up: what the master warms before forking, and how long it waits for heartbeats."""
+
+from __future__ import annotations
+
+import json
+
+from workload.locust import warmup
+
+
+def test_tokenizer_choice_from_the_command_line() -> None:
+    spec = json.dumps({"tokenizer": "server"})
+    assert warmup.tokenizer_choice(["locust", f"--agent-spec={spec}"]) == "server"
+    assert warmup.tokenizer_choice(["locust", "--tokenizer", "server"]) == "server"
+    assert warmup.tokenizer_choice(["locust", "--tokenizer=tiktoken"]) == "tiktoken"
+    assert warmup.tokenizer_choice(["locust", "--agent-spec={not json"]) == "tiktoken"
+    assert warmup.tokenizer_choice(["locust"]) == "tiktoken"
+
+
+def test_master_tolerates_a_longer_heartbeat_silence(monkeypatch) -> None:
+    from locust import runners
+
+    monkeypatch.setattr(runners, "HEARTBEAT_LIVENESS", 3)
+    warmup.raise_heartbeat_tolerance(10)
+    # The counter drops by one a second and the worker is missing below zero: 10 s of silence.
+    assert runners.HEARTBEAT_LIVENESS == 9
+    warmup.raise_heartbeat_tolerance(2)  # never lower than Locust's own
+    assert runners.HEARTBEAT_LIVENESS == 9
+
+
+def test_warm_builds_the_offline_prompt_corpus_once() -> None:
+    from workload.plan import prompts
+
+    warmup.warm("tiktoken")
+    assert "tiktoken:cl100k_base" in prompts._CACHE or any("cl100k" in k for k in prompts._CACHE)
+    warmup.warm("tiktoken")  # idempotent, cheap
