@@ -33,3 +33,27 @@ def test_warm_builds_the_offline_prompt_corpus_once() -> None:
     warmup.warm("tiktoken")
     assert "tiktoken:cl100k_base" in prompts._CACHE or any("cl100k" in k for k in prompts._CACHE)
     warmup.warm("tiktoken")  # idempotent, cheap
+
+
+def test_workers_missing_at_test_stop_are_lost() -> None:
+    """Locust stops the test when its last worker goes missing: that run is partial."""
+    from types import SimpleNamespace
+
+    from workload.locust import stopping
+
+    nodes = {
+        "a": SimpleNamespace(id="a", state="running"),
+        "b": SimpleNamespace(id="b", state="running"),
+    }
+    env = SimpleNamespace(runner=SimpleNamespace(clients=nodes))
+    watcher = stopping.watch_workers(env, started_wall=0.0, interval_s=3600)
+    try:
+        watcher.sweep()
+        assert stopping.state_of(env).lost_workers == []
+        nodes["a"].state = "missing"
+        del nodes["b"]  # a worker that stopped (web UI) is not counted at the final sweep
+        watcher.sweep()
+        lost = stopping.state_of(env).lost_workers
+        assert [(w["worker"], w["why"]) for w in lost] == [("a", "no heartbeat")]
+    finally:
+        watcher.kill()

@@ -47,6 +47,9 @@ def install_fork_hook() -> None:
 
 
 def _before_fork() -> None:
+    # Only where Locust forks workers: other forks (a subprocess with preexec_fn) skip it.
+    if not any(a == "--processes" or a.startswith("--processes=") for a in sys.argv):
+        return
     try:
         warm(tokenizer_choice(sys.argv))
     except Exception as e:  # noqa: BLE001 - warming is an optimisation: test_start does it anyway
