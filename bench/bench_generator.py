@@ -25,11 +25,17 @@ chunks, and the figures at that concurrency say more about the server than the g
     python bench/bench_generator.py                  # 50, 100, 200, 400 users, 20 s each
     python bench/bench_generator.py --quick          # 50 and 200 users, 8 s each
     python bench/bench_generator.py --sessions 2000  # RSS per 1,000 sessions in tool pauses
+    python bench/bench_generator.py --workers 1 2 --users 200   # events/s with 1 and 2 workers
 
 ``--sessions N`` runs agentload with a profile whose sessions spend nearly all their time in
 tool pauses and think time, and reports the RSS each 1,000 live sessions add over a 10-user
 baseline (the whole process: users, planner state, gevent, Locust). bench/bench_sessions.py
 gives the planner-only figure for comparison.
+
+``--workers N ...`` runs agentload alone at each worker count (``agentload run --workers N``,
+Locust's ``--processes``) and prints events/s and the scaling against the first count: with N
+free cores a run should reach >= 0.9 x N (issue 16). The timed server is one process: its own
+CPU share is printed, and near a full core it, not agentload, is the limit.
 
 Figures depend on the machine and its load; nothing is asserted.
 """
@@ -136,9 +142,16 @@ def _env() -> dict[str, str]:
 
 
 def agentload_cmd(
-    port: int, users: int, duration_s: float, sessions: int, out: Path, profile: Path = PROFILE
+    port: int,
+    users: int,
+    duration_s: float,
+    sessions: int,
+    out: Path,
+    profile: Path = PROFILE,
+    workers: int = 1,
 ) -> list[str]:
     """`agentload run` bounded by duration and by sessions per user (a request cap)."""
+    extra = ["--workers", str(workers)] if workers > 1 else []
     return [
         sys.executable, "-m", "workload.cli", "run",
         "--host", f"http://127.0.0.1:{port}",
@@ -148,7 +161,7 @@ def agentload_cmd(
         "--sessions-per-user", str(sessions),
         "--scrape-interval", "0",
         "--max-error-ratio", "1",
-        "--out", str(out),
+        "--out", str(out), *extra,
     ]  # fmt: skip
 
 
@@ -181,6 +194,7 @@ class Result:
     itl_max_err: list[float]
     server_core: float = 0.0  # the timed server's CPU / wall: near 1.0, its stamps lag
     startup_cpu_s: float = 0.0  # start-up and shut-down CPU of this generator, measured apart
+    span_s: float = 0.0  # first request start to last request end (the traffic's own span)
 
     @property
     def cpu_per_1k(self) -> float:
@@ -225,7 +239,7 @@ def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def measure(generator: str, users: int, args: argparse.Namespace) -> Result:
+def measure(generator: str, users: int, args: argparse.Namespace, workers: int = 1) -> Result:
     """One bounded run of one generator against a fresh timed server."""
     srv = TimedServer(args.ttft, args.itl, args.tokens).start()
     with tempfile.TemporaryDirectory(prefix="bench-gen-") as tmp:
@@ -236,9 +250,10 @@ def measure(generator: str, users: int, args: argparse.Namespace) -> Result:
         try:
             if generator == "agentload":
                 sessions = max(1, -(-cap // STEPS))
-                cmd = agentload_cmd(srv.port, users, args.duration, sessions, out)
+                cmd = agentload_cmd(srv.port, users, args.duration, sessions, out, workers=workers)
                 child = run_child(cmd, args.duration + 120)
-                rows = _read_jsonl(out / "requests.jsonl")
+                # one file per process: requests.jsonl, or requests-<worker>.jsonl with workers
+                rows = [r for f in sorted(out.glob("requests*.jsonl")) for r in _read_jsonl(f)]
             else:
                 cmd = raw_cmd(srv.port, users, args.duration, cap, out.with_suffix(".jsonl"))
                 child = run_child(cmd, args.duration + 120)
@@ -251,6 +266,9 @@ def measure(generator: str, users: int, args: argparse.Namespace) -> Result:
     events = sum(t[5] for rid, t in timings.items() if rid in seen)
     result = Result(generator, users, child, events, len(rows), *match(rows, timings))
     result.server_core = srv.cpu_s / srv.wall_s
+    ends = [r["t_start"] + (r.get("e2e_ms") or 0) / 1000 for r in rows if r.get("t_start")]
+    if ends:
+        result.span_s = max(ends) - min(r["t_start"] for r in rows if r.get("t_start"))
     return result
 
 
@@ -310,6 +328,30 @@ def bench_generators(args: argparse.Namespace) -> None:
     print_table(results)
 
 
+def bench_workers(args: argparse.Namespace) -> None:
+    """agentload's events/s at each worker count, and the scaling against the first."""
+    users = (args.users or [200])[0]
+    print(
+        f"server: true TTFT {args.ttft * 1000:g} ms, ITL {args.itl * 1000:g} ms, "
+        f"{args.tokens} tokens; {users} users, {args.duration:g} s per run; "
+        f"{psutil.cpu_count()} CPUs, load {psutil.getloadavg()[0]:.1f} before"
+    )
+    print(f"{'workers':>7s} {'reqs':>6s} {'events':>7s} {'ev/s':>7s} {'x first':>7s} "
+          f"{'core':>5s} {'server':>6s} {'exit':>4s} {'load':>5s}")  # fmt: skip
+    first = None
+    for w in args.workers:
+        r = measure("agentload", users, args, workers=w)
+        # events/s over the traffic's span (start-up excluded: workers fork and prepare first)
+        rate = r.events / r.span_s if r.span_s else 0.0
+        first = first or rate or None
+        scale = rate / first if first else float("nan")
+        print(
+            f"{w:7d} {r.requests:6d} {r.events:7d} {rate:7.0f} {scale:7.2f} {r.core:5.2f} "
+            f"{r.server_core:6.2f} {r.child.returncode:4d} {psutil.getloadavg()[0]:5.1f}",
+            flush=True,
+        )
+
+
 def bench_sessions(args: argparse.Namespace) -> None:
     """RSS per 1,000 live agent sessions held in tool pauses and think time."""
     srv = TimedServer(0.05, 0.005, 5).start()
@@ -360,11 +402,16 @@ def main() -> None:
     ap.add_argument("--itl", type=float, default=0.02, help="server's true ITL (s)")
     ap.add_argument("--tokens", type=int, default=100, help="output tokens per request")
     ap.add_argument("--sessions", type=int, help="instead: RSS per 1,000 idle agent sessions")
+    ap.add_argument(
+        "--workers", type=int, nargs="+", help="instead: agentload's events/s at each worker count"
+    )
     args = ap.parse_args()
     if args.duration is None:
         args.duration = 8.0 if args.quick else 20.0
     if args.sessions:
         bench_sessions(args)
+    elif args.workers:
+        bench_workers(args)
     else:
         bench_generators(args)
 

@@ -11,7 +11,7 @@ from typing import Any
 import gevent
 
 from workload.errors import EXIT_BAD_INPUT, AgentloadError
-from workload.locust import arrivals, health, stopping, webui
+from workload.locust import arrivals, health, stopping, warmup, webui
 from workload.locust import options as options_mod
 from workload.locust.runtime import MSG_TRACE_DONE, MSG_USER_DONE, AgentRuntime
 from workload.measure import artifacts
@@ -24,6 +24,7 @@ def register(events: Any) -> None:
     if getattr(events, "_agentload_registered", False):
         return
     events._agentload_registered = True
+    warmup.install_fork_hook()  # `--processes`: workers inherit the warm caches
     events.init_command_line_parser.add_listener(options_mod.add_arguments)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
@@ -59,6 +60,8 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     if environment.runner is not None and role != "local":
         environment.runner.register_message(MSG_USER_DONE, _on_user_done)
         environment.runner.register_message(MSG_TRACE_DONE, _on_trace_done)
+    if role == "master":
+        warmup.raise_heartbeat_tolerance()
     if environment.web_ui is not None:
         webui.install(environment)
         webui.prefill_form(environment)
@@ -102,7 +105,11 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
     rt = AgentRuntime(environment, spec)
     environment.agentload = rt
     try:
+        if role == "worker":
+            warmup.yield_to_loop()  # a heartbeat before and after the set-up (warmup.py)
         rt.prepare()
+        if role == "worker":
+            warmup.yield_to_loop()
         if role != "worker":
             arrivals.stamp_t0(rt)
         if role == "master":
@@ -208,6 +215,8 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
     rt = environment.agentload
     if rt is None:
         return
+    if getattr(rt.watcher, "sweep", None) is not None:
+        rt.watcher.sweep()  # workers gone missing just before the stop count as lost
     for name in ("progress", "watcher"):
         greenlet = getattr(rt, name, None)
         if greenlet is not None:
