@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import importlib.resources
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -49,7 +48,8 @@ def _builtin_dir() -> Path:
     tree = Path(__file__).resolve().parents[2] / "profiles"
     if (tree / f"{DEFAULT_PROFILE}.yaml").is_file():
         return tree
-    return Path(str(importlib.resources.files("workload.builtin_profiles")))
+    # importlib.resources gives a MultiplexedPath for this data-only package: use the file.
+    return Path(__file__).resolve().parents[1] / "builtin_profiles"
 
 
 def list_profiles() -> list[tuple[str, str]]:
