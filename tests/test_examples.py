@@ -16,7 +16,9 @@ Substitutions (`rewrite`), mechanical and the same for every command:
   `--users` -> 2 (added when absent), `--spawn-rate` -> 2, `--workers` at most 2,
   `--blocks` -> 2;
 - `--host`, `--baseline`, `--candidate` and `$TARGET` -> one shared simulator
-  (`fast` preset); `agentload run` without `--host` keeps its embedded simulator
+  (`fast` preset); `--baseline-cmd`/`--candidate-cmd` (a server command, e.g. vLLM) ->
+  the embedded simulator started on the canary's `{port}`; `capacity` -> `--min 1
+  --max 2 --step-duration 8s --warmup 2s`; `agentload run` without `--host` keeps its embedded simulator
   with `--sim-preset fast`;
 - GitHub expressions `${{ ... }}` -> `ci-value`; a `...` argument stands for the
   arguments of the command above it with the same subcommand (as the docs mean);
@@ -160,8 +162,13 @@ def rewrite(cmd: str, sim_url: str) -> list[str]:
     cmd = re.sub(r"\$\{?TARGET\}?", sim_url, cmd)
     words = shlex.split(cmd)
     head, args = words[0], words[1:]
+    sim_cmd = f"{sys.executable} -m workload.sim --port {{port}} --preset fast"
     swap = {"--duration": SHORT, "--run-time": SHORT, "--users": "2", "--spawn-rate": "2",
-            "--blocks": "2", "--host": sim_url, "--baseline": sim_url, "--candidate": sim_url}  # fmt: skip
+            "--blocks": "2", "--host": sim_url, "--baseline": sim_url, "--candidate": sim_url,
+            # a server command (vLLM here) becomes the embedded simulator on the same {port}
+            "--baseline-cmd": sim_cmd, "--candidate-cmd": sim_cmd,
+            # capacity: a few short steps
+            "--min": "1", "--max": "2", "--step-duration": "8s", "--warmup": "2s"}  # fmt: skip
     out: list[str] = []
     i = 0
     while i < len(args):
@@ -186,8 +193,12 @@ def rewrite(cmd: str, sim_url: str) -> list[str]:
                 out += ["--duration", SHORT]
             if "--users" not in out:
                 out += ["--users", "2"]
-        if sub == "run" and "--host" not in out:
+        if sub in ("run", "capacity") and "--host" not in out:
             out += ["--sim-preset", "fast"]
+        if sub == "capacity":
+            for flag, value in (("--max", "2"), ("--step-duration", "8s"), ("--warmup", "2s")):
+                if flag not in out:
+                    out += [flag, value]
         return [sys.executable, "-m", "workload.cli", *out]
     if head == "locust":
         return [sys.executable, "-m", "locust", *out]
