@@ -128,18 +128,9 @@ def _search(spec, search, slos, warmup, window, need, preflight) -> int:  # type
     sim = None
     try:
         if not spec.host:
-            from workload.sim.launcher import SimProcess, SimStartError
+            from workload.run.simhost import start_embedded_sim
 
-            sim = SimProcess(
-                preset=spec.sim_preset, faults=list(spec.sim_faults), sets=list(spec.sim_sets)
-            )
-            try:
-                sim.start()
-            except SimStartError as e:
-                raise UsageError(f"the embedded simulator did not start: {e}") from None
-            spec = spec.replace(host=sim.url)
-            print(f"agentload: no --host given; started the embedded simulator at {spec.host} "
-                  f"(preset {spec.sim_preset}); it stays up for every step", flush=True)  # fmt: skip
+            sim, spec = start_embedded_sim(spec, note="; it stays up for every step")
         preflight(spec)
         driver = CapacityDriver(
             slos=slos,

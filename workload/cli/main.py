@@ -56,21 +56,9 @@ def cmd_run(argv: list[str]) -> int:
     sim = None
     try:
         if not spec.host:
-            from workload.sim.launcher import SimProcess, SimStartError
+            from workload.run.simhost import start_embedded_sim
 
-            sim = SimProcess(
-                preset=spec.sim_preset, faults=list(spec.sim_faults), sets=list(spec.sim_sets)
-            )
-            try:
-                sim.start()
-            except SimStartError as e:
-                raise UsageError(f"the embedded simulator did not start: {e}") from None
-            spec = spec.replace(host=sim.url)
-            print(
-                f"agentload: no --host given; started the embedded simulator at {spec.host} "
-                f"(preset {spec.sim_preset})",
-                flush=True,
-            )
+            sim, spec = start_embedded_sim(spec)
         preflight(spec)
         from workload.run.stop import run_child
 
