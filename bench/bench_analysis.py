@@ -32,7 +32,7 @@ from bench_generator import run_child
 from workload.measure.artifacts import SCHEMA_VERSION, write_json
 from workload.measure.records import RequestRecord, SessionRecord
 from workload.measure.stats import Aggregate
-from workload.plan.profile import load_profile
+from workload.plan.loading import load_profile
 
 STEPS = 10  # requests per session
 CLASSES = ("agent", "chat")

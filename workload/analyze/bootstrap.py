@@ -12,6 +12,9 @@ import math
 
 import numpy as np
 
+DRAW_CHUNK = 8_000_000  # elements of a (rows, clusters) block built at once
+SMALL_N = 2_000  # values below which boot_quantiles sums over all of them
+
 
 class Scope:
     """The rows of one scope of both runs, indexed by session cluster."""
@@ -49,12 +52,14 @@ class Scope:
         """Bootstrap multiplicities per cluster, shape (n_boot, clusters), for A and B."""
 
         def draw(n: int) -> np.ndarray:
-            if n == 0:
-                return np.zeros((n_boot, 0), dtype=np.int32)
-            idx = rng.integers(0, n, size=(n_boot, n)) + (np.arange(n_boot) * n)[:, None]
-            return (
-                np.bincount(idx.ravel(), minlength=n_boot * n).reshape(n_boot, n).astype(np.int32)
-            )
+            out = np.empty((n_boot, n), dtype=np.int32)
+            # Rows in chunks (same random stream as one (n_boot, n) draw, a fraction of the memory)
+            step = max(1, DRAW_CHUNK // max(1, n))
+            for s in range(0, n_boot, step):
+                k = min(step, n_boot - s)
+                idx = rng.integers(0, n, size=(k, n)) + (np.arange(k) * n)[:, None]
+                out[s : s + k] = np.bincount(idx.ravel(), minlength=k * n).reshape(k, n)
+            return out
 
         c = draw(self.n_common)
         return np.hstack([c, draw(self.n_only_a)]), np.hstack([c, draw(self.n_only_b)])
@@ -70,13 +75,66 @@ def quantile_sorted(values: np.ndarray, q: float) -> float:
 def boot_quantiles(
     vals: np.ndarray, clusters: np.ndarray, W: np.ndarray, qs: list[float]
 ) -> np.ndarray:
-    """Weighted inverted-CDF quantiles per bootstrap row: shape (len(qs), n_boot)."""
+    """Weighted inverted-CDF quantiles per bootstrap row: shape (len(qs), n_boot).
+
+    Row b weighs value i by W[b, clusters[i]]; its q-quantile is the smallest sorted value
+    whose cumulative weight reaches ceil(q * total). Rather than a cumulative sum over every
+    value in every row (n_boot x n), the cumulative weight at a few pivots comes from one
+    product with per-cluster counts (exact in float64: integers), and the cumulative sum runs
+    only over a window around the point quantile that holds every row's answer (widened
+    until it does). The result is the same as the full sum, to the index.
+    """
     order = np.argsort(vals, kind="stable")
     v = vals[order]
+    cs = np.asarray(clusters)[order]
+    n, n_boot, k_cl = len(v), W.shape[0], W.shape[1]
+    out = np.empty((len(qs), n_boot))
+    if n == 0:
+        out.fill(np.nan)
+        return out
+    if n <= SMALL_N:
+        return _boot_quantiles_full(v, cs, W, qs)
+
+    def cum_at(positions: list[int]) -> np.ndarray:
+        """Cumulative weight of sorted values [0, p] per row, for each p: (n_boot, len)."""
+        cnt = np.zeros((k_cl, len(positions)))
+        for j, p in enumerate(positions):
+            if p >= 0:
+                cnt[:, j] = np.bincount(cs[: p + 1], minlength=k_cl)
+        res = np.empty((n_boot, len(positions)), dtype=np.int64)
+        step = max(1, DRAW_CHUNK // max(1, k_cl))
+        for s in range(0, n_boot, step):
+            res[s : s + step] = np.rint(W[s : s + step].astype(np.float64) @ cnt)
+        return res
+
+    tot = cum_at([n - 1])[:, 0]
+    empty = tot == 0
+    for j, q in enumerate(qs):
+        target = np.maximum(np.ceil(q * tot - 1e-9), 1)
+        p0 = min(max(0, math.ceil(q * n) - 1), n - 1)
+        half = max(256, int(8 * math.sqrt(n)))
+        while True:
+            lo, hi = max(0, p0 - half), min(n - 1, p0 + half)
+            below, upto = cum_at([lo - 1, hi]).T
+            ok = empty | (((lo == 0) | (below < target)) & ((hi == n - 1) | (upto >= target)))
+            if ok.all():
+                break
+            half *= 4
+        cw = np.cumsum(W[:, cs[lo : hi + 1]], axis=1, dtype=np.int64) + below[:, None]
+        k = lo + (cw >= target[:, None]).argmax(axis=1)
+        res = v[k].astype(float)
+        res[empty] = np.nan
+        out[j] = res
+    return out
+
+
+def _boot_quantiles_full(v: np.ndarray, cs: np.ndarray, W: np.ndarray, qs: list[float]) -> np.ndarray:
+    """boot_quantiles by a cumulative sum over all (sorted) values: small inputs, and the
+    reference the windowed search is tested against."""
     out = np.empty((len(qs), W.shape[0]))
     chunk = max(1, 4_000_000 // max(1, len(v)))
     for s in range(0, W.shape[0], chunk):
-        w = W[s : s + chunk][:, clusters[order]]
+        w = W[s : s + chunk][:, cs]
         cw = np.cumsum(w, axis=1, dtype=np.int64)
         tot = cw[:, -1]
         for j, q in enumerate(qs):
