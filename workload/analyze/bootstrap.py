@@ -12,34 +12,42 @@ import math
 
 import numpy as np
 
+from workload.analyze.table import Rows
+
 DRAW_CHUNK = 8_000_000  # elements of a (rows, clusters) block built at once
 SMALL_N = 2_000  # values below which boot_quantiles sums over all of them
 
 
 class Scope:
-    """The rows of one scope of both runs, indexed by session cluster."""
+    """The rows of one scope of both runs, indexed by session cluster.
+
+    Rows are index arrays into the runs' columns (workload.analyze.table); `cl_a` / `cl_b`
+    map a session code to its cluster index (-1: not in this scope's side).
+    """
 
     def __init__(
         self,
-        reqs_a: list[dict],
-        reqs_b: list[dict],
-        sess_a: list[dict],
-        sess_b: list[dict],
+        reqs_a: Rows,
+        reqs_b: Rows,
+        sess_a: Rows | None,
+        sess_b: Rows | None,
         paired: bool,
+        n_ids: int,
     ) -> None:
-        ids_a = {r.get("session_id", "") for r in reqs_a} | {
-            s.get("session_id", "") for s in sess_a
-        }
-        ids_b = {r.get("session_id", "") for r in reqs_b} | {
-            s.get("session_id", "") for s in sess_b
-        }
-        common = sorted(ids_a & ids_b) if paired else []
-        only_a = sorted(ids_a - set(common))
-        only_b = sorted(ids_b - set(common))
+        def ids(r: Rows, s: Rows | None) -> np.ndarray:
+            return np.unique(np.concatenate([r.col("sid"), s.col("sid") if s is not None else []]).astype(np.int64))
+
+        ids_a, ids_b = ids(reqs_a, sess_a), ids(reqs_b, sess_b)
+        common = np.intersect1d(ids_a, ids_b, assume_unique=True) if paired else ids_a[:0]
+        only_a = np.setdiff1d(ids_a, common, assume_unique=True)
+        only_b = np.setdiff1d(ids_b, common, assume_unique=True)
         self.n_common, self.n_only_a, self.n_only_b = len(common), len(only_a), len(only_b)
-        # Cluster index spaces: A = common + only_a, B = common + only_b.
-        self.idx_a = {sid: i for i, sid in enumerate(common + only_a)}
-        self.idx_b = {sid: i for i, sid in enumerate(common + only_b)}
+        # Cluster index spaces: A = common + only_a, B = common + only_b (ids in sorted order).
+        self.cl_a = np.full(n_ids, -1, dtype=np.int64)
+        self.cl_b = np.full(n_ids, -1, dtype=np.int64)
+        for cl, only in ((self.cl_a, only_a), (self.cl_b, only_b)):
+            cl[common] = np.arange(len(common))
+            cl[only] = len(common) + np.arange(len(only))
         self.reqs = (reqs_a, reqs_b)
         self.sess = (sess_a, sess_b)
 
