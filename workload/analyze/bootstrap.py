@@ -60,12 +60,15 @@ class Scope:
         """Bootstrap multiplicities per cluster, shape (n_boot, clusters), for A and B."""
 
         def draw(n: int) -> np.ndarray:
-            out = np.empty((n_boot, n), dtype=np.int32)
+            # float32 holds the small integer multiplicities exactly, and products with
+            # per-cluster counts sum exactly in it below 2**24 (see _wsum).
+            out = np.empty((n_boot, n), dtype=np.float32)
             # Rows in chunks (same random stream as one (n_boot, n) draw, a fraction of the memory)
             step = max(1, DRAW_CHUNK // max(1, n))
             for s in range(0, n_boot, step):
                 k = min(step, n_boot - s)
-                idx = rng.integers(0, n, size=(k, n)) + (np.arange(k) * n)[:, None]
+                idx = rng.integers(0, n, size=(k, n), dtype=np.int32)
+                idx += (np.arange(k, dtype=np.int32) * n)[:, None]
                 out[s : s + k] = np.bincount(idx.ravel(), minlength=k * n).reshape(k, n)
             return out
 
@@ -118,9 +121,10 @@ def boot_quantiles(
         for j, p in enumerate(positions):
             if p >= 0:
                 cnt[:, j] = np.bincount(cs[: p + 1], minlength=k_cl)
-        return _wsum(W, cnt)
+        return _wsum(W, cnt, wmax)
 
-    tot = _wsum(W, sizes[:, None])[:, 0]
+    wmax = float(W.sum(axis=1, dtype=np.float64).max(initial=0))  # a row's total weight
+    tot = _wsum(W, sizes[:, None], wmax)[:, 0]
     empty = tot == 0
     for j, (q, p0, half) in enumerate(plan):
         target = np.maximum(np.ceil(q * tot - 1e-9), 1)
@@ -139,13 +143,16 @@ def boot_quantiles(
     return out
 
 
-def _wsum(W: np.ndarray, cnt: np.ndarray) -> np.ndarray:
-    """W @ cnt for integer weights and counts, exactly (float64 products of integers), in int64."""
-    res = np.empty((W.shape[0], cnt.shape[1]), dtype=np.int64)
-    step = max(1, DRAW_CHUNK // max(1, W.shape[1]))
-    for s in range(0, W.shape[0], step):
-        res[s : s + step] = np.rint(W[s : s + step].astype(np.float64) @ cnt)
-    return res
+def _wsum(W: np.ndarray, cnt: np.ndarray, wmax: float) -> np.ndarray:
+    """W @ cnt for integer weights and counts, exactly, as int64.
+
+    Every partial sum is an integer no larger than `wmax` (a row's largest total weight)
+    x the largest count, so
+    float32 sums it exactly while that stays below 2**24; beyond, float64.
+    """
+    big = wmax * float(cnt.max(initial=0))
+    dt = np.float32 if big < 2**24 else np.float64
+    return np.rint(W @ cnt.astype(dt)).astype(np.int64)
 
 
 def _boot_quantiles_full(v: np.ndarray, cs: np.ndarray, W: np.ndarray, qs: list[float]) -> np.ndarray:

@@ -31,70 +31,77 @@ class Table:
     """Columns of one run's request (or session) rows."""
 
     def __init__(self, rows: list[dict], codes: dict[Any, int], classes: dict[Any, int], req: bool):
-        n = len(rows)
-        self.n = n
-        sid = np.empty(n, dtype=np.int64)
-        cls = np.empty(n, dtype=np.int64)
-        slo = np.empty(n, dtype=np.int8)
-        cancelled = np.zeros(n, dtype=bool)
-        for i, r in enumerate(rows):
-            sid[i] = codes[r.get("session_id", "")]
-            cls[i] = classes[r.get("user_class")]
-            met = r.get("slo_met")
-            slo[i] = -1 if met is None else (1 if met else 0)
-            cancelled[i] = "cancelled" in (r.get("status"), r.get("outcome"))
-        self.sid, self.cls, self.slo, self.cancelled = sid, cls, slo, cancelled
+        self.n = n = len(rows)
+        nan = math.nan
+        sid, cls, slo, cancelled = [], [], [], []
+        for r in rows:
+            get = r.get
+            sid.append(codes[get("session_id", "")])
+            cls.append(classes[get("user_class")])
+            met = get("slo_met")
+            slo.append(-1 if met is None else (1 if met else 0))
+            cancelled.append("cancelled" in (get("status"), get("outcome")))
+        self.sid = np.asarray(sid, dtype=np.int64).reshape(n)
+        self.cls = np.asarray(cls, dtype=np.int64).reshape(n)
+        self.slo = np.asarray(slo, dtype=np.int8).reshape(n)
+        self.cancelled = np.asarray(cancelled, dtype=bool).reshape(n)
         if not req:
             self.outcome = np.asarray(
-                [
-                    -1 if (o := s.get("outcome")) is None else OUTCOME_CODES.get(o, 3)
-                    for s in rows
-                ],
+                [-1 if (o := s.get("outcome")) is None else OUTCOME_CODES.get(o, 3) for s in rows],
                 dtype=np.int8,
-            )
+            ).reshape(n)
             return
-        step = np.empty(n, dtype=np.int64)
-        status = np.empty(n, dtype=np.int8)
-        lat = {k: np.full(n, math.nan) for k in LATS}
-        ctok = np.empty(n)
-        ptok = np.empty(n)
-        cached = np.full(n, math.nan)
-        sd_draft = np.zeros(n)
-        sd_acc = np.zeros(n)
-        sd_len = np.full(n, math.nan)
-        tool = np.zeros(n, dtype=bool)
-        stream = np.ones(n, dtype=bool)
-        ttft, itl, tpot, e2e = (lat[k] for k in LATS)
-        for i, r in enumerate(rows):
-            step[i] = int(r.get("step") or 0)
-            st = STATUS_CODES.get(r.get("status", "ok"), 1)
-            status[i] = st
+        step, status, ctok, ptok, cached, tool, stream = [], [], [], [], [], [], []
+        ttft, itl, tpot, e2e = [], [], [], []
+        sd_draft, sd_acc, sd_len = [], [], []
+        num, fl, status_code = _num, float, STATUS_CODES.get
+        for r in rows:
+            get = r.get
+            step.append(int(get("step") or 0))
+            st = status_code(get("status", "ok"), 1)
+            status.append(st)
             if st == 0:
-                ttft[i] = _num(r.get("ttft_ms"))
-                v = r.get("itl_ms")
-                itl[i] = _num(v.get("mean") if isinstance(v, dict) else None)
-                tpot[i] = _num(r.get("tpot_ms"))
-                e2e[i] = _num(r.get("e2e_ms"))
-                c = r.get("cached_tokens")
-                if c is not None:
-                    cached[i] = float(c)
-            ctok[i] = float(r.get("completion_tokens") or 0)
-            p = r.get("prompt_tokens")
-            ptok[i] = float(p) if p else 0.0
-            sd = r.get("spec_decode")
+                ttft.append(num(get("ttft_ms")))
+                v = get("itl_ms")
+                itl.append(num(v.get("mean")) if isinstance(v, dict) else nan)
+                tpot.append(num(get("tpot_ms")))
+                e2e.append(num(get("e2e_ms")))
+                c = get("cached_tokens")
+                cached.append(nan if c is None else fl(c))
+            else:
+                ttft.append(nan)
+                itl.append(nan)
+                tpot.append(nan)
+                e2e.append(nan)
+                cached.append(nan)
+            ctok.append(fl(get("completion_tokens") or 0))
+            p = get("prompt_tokens")
+            ptok.append(fl(p) if p else 0.0)
+            sd = get("spec_decode")
             if isinstance(sd, dict):
                 if sd.get("num_draft_tokens"):
-                    sd_draft[i] = float(sd["num_draft_tokens"])
-                    sd_acc[i] = float(sd.get("num_accepted_draft_tokens") or 0)
+                    sd_draft.append(fl(sd["num_draft_tokens"]))
+                    sd_acc.append(fl(sd.get("num_accepted_draft_tokens") or 0))
+                else:
+                    sd_draft.append(0.0)
+                    sd_acc.append(0.0)
                 v = sd.get("mean_acceptance_length")
-                if isinstance(v, (int, float)):
-                    sd_len[i] = float(v)
-            tool[i] = bool(r.get("tool_calls"))
-            stream[i] = bool(r.get("stream", True))
-        self.step, self.status, self.lat = step, status, lat
-        self.ctok, self.ptok, self.cached = ctok, ptok, cached
-        self.sd_draft, self.sd_acc, self.sd_len = sd_draft, sd_acc, sd_len
-        self.tool, self.stream = tool, stream
+                sd_len.append(fl(v) if isinstance(v, (int, float)) else nan)
+            else:
+                sd_draft.append(0.0)
+                sd_acc.append(0.0)
+                sd_len.append(nan)
+            tool.append(bool(get("tool_calls")))
+            stream.append(bool(get("stream", True)))
+
+        def arr(x: list, dt: Any = np.float64) -> np.ndarray:
+            return np.asarray(x, dtype=dt).reshape(n)
+
+        self.step, self.status = arr(step, np.int64), arr(status, np.int8)
+        self.lat = {"ttft": arr(ttft), "itl": arr(itl), "tpot": arr(tpot), "e2e": arr(e2e)}
+        self.ctok, self.ptok, self.cached = arr(ctok), arr(ptok), arr(cached)
+        self.sd_draft, self.sd_acc, self.sd_len = arr(sd_draft), arr(sd_acc), arr(sd_len)
+        self.tool, self.stream = arr(tool, bool), arr(stream, bool)
 
 
 class Rows:
