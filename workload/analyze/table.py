@@ -32,76 +32,63 @@ class Table:
 
     def __init__(self, rows: list[dict], codes: dict[Any, int], classes: dict[Any, int], req: bool):
         self.n = n = len(rows)
-        nan = math.nan
-        sid, cls, slo, cancelled = [], [], [], []
-        for r in rows:
-            get = r.get
-            sid.append(codes[get("session_id", "")])
-            cls.append(classes[get("user_class")])
-            met = get("slo_met")
-            slo.append(-1 if met is None else (1 if met else 0))
-            cancelled.append("cancelled" in (get("status"), get("outcome")))
-        self.sid = np.asarray(sid, dtype=np.int64).reshape(n)
-        self.cls = np.asarray(cls, dtype=np.int64).reshape(n)
-        self.slo = np.asarray(slo, dtype=np.int8).reshape(n)
-        self.cancelled = np.asarray(cancelled, dtype=bool).reshape(n)
-        if not req:
-            self.outcome = np.asarray(
-                [-1 if (o := s.get("outcome")) is None else OUTCOME_CODES.get(o, 3) for s in rows],
-                dtype=np.int8,
-            ).reshape(n)
-            return
-        step, status, ctok, ptok, cached, tool, stream = [], [], [], [], [], [], []
-        ttft, itl, tpot, e2e = [], [], [], []
-        sd_draft, sd_acc, sd_len = [], [], []
-        num, fl, status_code = _num, float, STATUS_CODES.get
-        for r in rows:
-            get = r.get
-            step.append(int(get("step") or 0))
-            st = status_code(get("status", "ok"), 1)
-            status.append(st)
-            if st == 0:
-                ttft.append(num(get("ttft_ms")))
-                v = get("itl_ms")
-                itl.append(num(v.get("mean")) if isinstance(v, dict) else nan)
-                tpot.append(num(get("tpot_ms")))
-                e2e.append(num(get("e2e_ms")))
-                c = get("cached_tokens")
-                cached.append(nan if c is None else fl(c))
-            else:
-                ttft.append(nan)
-                itl.append(nan)
-                tpot.append(nan)
-                e2e.append(nan)
-                cached.append(nan)
-            ctok.append(fl(get("completion_tokens") or 0))
-            p = get("prompt_tokens")
-            ptok.append(fl(p) if p else 0.0)
-            sd = get("spec_decode")
-            if isinstance(sd, dict):
-                if sd.get("num_draft_tokens"):
-                    sd_draft.append(fl(sd["num_draft_tokens"]))
-                    sd_acc.append(fl(sd.get("num_accepted_draft_tokens") or 0))
-                else:
-                    sd_draft.append(0.0)
-                    sd_acc.append(0.0)
-                v = sd.get("mean_acceptance_length")
-                sd_len.append(fl(v) if isinstance(v, (int, float)) else nan)
-            else:
-                sd_draft.append(0.0)
-                sd_acc.append(0.0)
-                sd_len.append(nan)
-            tool.append(bool(get("tool_calls")))
-            stream.append(bool(get("stream", True)))
 
-        def arr(x: list, dt: Any = np.float64) -> np.ndarray:
+        def col(key: str, default: Any = None) -> list:
+            return [r.get(key, default) for r in rows]
+
+        def ints(x: list, dt: Any = np.int64) -> np.ndarray:
             return np.asarray(x, dtype=dt).reshape(n)
 
-        self.step, self.status = arr(step, np.int64), arr(status, np.int8)
-        self.lat = {"ttft": arr(ttft), "itl": arr(itl), "tpot": arr(tpot), "e2e": arr(e2e)}
-        self.ctok, self.ptok, self.cached = arr(ctok), arr(ptok), arr(cached)
-        self.sd_draft, self.sd_acc, self.sd_len = arr(sd_draft), arr(sd_acc), arr(sd_len)
-        self.tool, self.stream = arr(tool, bool), arr(stream, bool)
+        self.sid = ints([codes[x] for x in col("session_id", "")])
+        self.cls = ints([classes[x] for x in col("user_class")])
+        self.slo = ints([-1 if x is None else (1 if x else 0) for x in col("slo_met")], np.int8)
+        self.cancelled = ints(
+            [s == "cancelled" or o == "cancelled" for s, o in zip(col("status"), col("outcome"))],
+            bool,
+        )
+        if not req:
+            self.outcome = ints(
+                [-1 if o is None else OUTCOME_CODES.get(o, 3) for o in col("outcome")], np.int8
+            )
+            return
+        self.step = ints([int(x or 0) for x in col("step")])
+        self.status = ints([STATUS_CODES.get(x, 1) for x in col("status", "ok")], np.int8)
+        bad = self.status != 0
+        itl = [v.get("mean") if isinstance(v, dict) else None for v in col("itl_ms")]
+        self.lat = {k: _floats(col(f"{k}_ms") if k != "itl" else itl, bad) for k in LATS}
+        self.cached = _floats(col("cached_tokens"), bad)
+        self.ctok = _floats([x or 0 for x in col("completion_tokens")], None)
+        self.ptok = _floats([x or 0 for x in col("prompt_tokens")], None)
+        self.sd_draft, self.sd_acc = np.zeros(n), np.zeros(n)
+        self.sd_len = np.full(n, math.nan)
+        for i, sd in enumerate(col("spec_decode")):
+            if isinstance(sd, dict):
+                if sd.get("num_draft_tokens"):
+                    self.sd_draft[i] = float(sd["num_draft_tokens"])
+                    self.sd_acc[i] = float(sd.get("num_accepted_draft_tokens") or 0)
+                v = sd.get("mean_acceptance_length")
+                if isinstance(v, (int, float)):
+                    self.sd_len[i] = float(v)
+        self.tool = ints([bool(x) for x in col("tool_calls")], bool)
+        self.stream = ints([bool(x) for x in col("stream", True)], bool)
+
+
+_NUMBER_TYPES = {int, float, bool, type(None)}
+
+
+def _floats(vals: list, blank: np.ndarray | None) -> np.ndarray:
+    """Numbers as floats, NaN for None and non-finite values (and where `blank`).
+
+    Values of other types go through `_num` (NaN) one by one, as the row readers did.
+    """
+    if set(map(type, vals)) <= _NUMBER_TYPES:
+        out = np.asarray(vals, dtype=np.float64).reshape(len(vals))  # None -> NaN
+        out[~np.isfinite(out)] = math.nan
+    else:
+        out = np.asarray([_num(v) for v in vals], dtype=np.float64).reshape(len(vals))
+    if blank is not None:
+        out[blank] = math.nan
+    return out
 
 
 class Rows:
