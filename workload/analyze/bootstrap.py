@@ -67,9 +67,9 @@ class Scope:
             step = max(1, DRAW_CHUNK // max(1, n))
             for s in range(0, n_boot, step):
                 k = min(step, n_boot - s)
-                idx = rng.integers(0, n, size=(k, n), dtype=np.int32)
-                idx += (np.arange(k, dtype=np.int32) * n)[:, None]
-                out[s : s + k] = np.bincount(idx.ravel(), minlength=k * n).reshape(k, n)
+                idx = rng.integers(0, n, size=(k, n))
+                for i in range(k):  # one row at a time: its counts stay in cache
+                    out[s + i] = np.bincount(idx[i], minlength=n)
             return out
 
         c = draw(self.n_common)
