@@ -124,17 +124,21 @@ def boot_quantiles(
         return _wsum(W, cnt, wmax)
 
     wmax = float(W.sum(axis=1, dtype=np.float64).max(initial=0))  # a row's total weight
-    tot = _wsum(W, sizes[:, None], wmax)[:, 0]
+    # One pass over W for the total and every quantile's window edges.
+    edges = [(max(0, p0 - half), min(n - 1, p0 + half)) for _, p0, half in plan]
+    cum = cum_at([n - 1] + [x for lo, hi in edges for x in (lo - 1, hi)])
+    tot = cum[:, 0]
     empty = tot == 0
     for j, (q, p0, half) in enumerate(plan):
         target = np.maximum(np.ceil(q * tot - 1e-9), 1)
+        (lo, hi), below, upto = edges[j], cum[:, 1 + 2 * j], cum[:, 2 + 2 * j]
         while True:
-            lo, hi = max(0, p0 - half), min(n - 1, p0 + half)
-            below, upto = cum_at([lo - 1, hi]).T
             ok = empty | (((lo == 0) | (below < target)) & ((hi == n - 1) | (upto >= target)))
             if ok.all():
                 break
-            half *= 4
+            half *= 4  # a row outside the window: widen it
+            lo, hi = max(0, p0 - half), min(n - 1, p0 + half)
+            below, upto = cum_at([lo - 1, hi]).T
         cw = np.cumsum(W[:, cs[lo : hi + 1]], axis=1, dtype=np.int64) + below[:, None]
         k = lo + (cw >= target[:, None]).argmax(axis=1)
         res = v[k].astype(float)
