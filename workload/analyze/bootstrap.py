@@ -35,7 +35,11 @@ class Scope:
         n_ids: int,
     ) -> None:
         def ids(r: Rows, s: Rows | None) -> np.ndarray:
-            return np.unique(np.concatenate([r.col("sid"), s.col("sid") if s is not None else []]).astype(np.int64))
+            return np.unique(
+                np.concatenate([r.col("sid"), s.col("sid") if s is not None else []]).astype(
+                    np.int64
+                )
+            )
 
         ids_a, ids_b = ids(reqs_a, sess_a), ids(reqs_b, sess_b)
         common = np.intersect1d(ids_a, ids_b, assume_unique=True) if paired else ids_a[:0]
@@ -159,7 +163,9 @@ def _wsum(W: np.ndarray, cnt: np.ndarray, wmax: float) -> np.ndarray:
     return np.rint(W @ cnt.astype(dt)).astype(np.int64)
 
 
-def _boot_quantiles_full(v: np.ndarray, cs: np.ndarray, W: np.ndarray, qs: list[float]) -> np.ndarray:
+def _boot_quantiles_full(
+    v: np.ndarray, cs: np.ndarray, W: np.ndarray, qs: list[float]
+) -> np.ndarray:
     """boot_quantiles by a cumulative sum over all (sorted) values: small inputs, and the
     reference the windowed search is tested against."""
     out = np.empty((len(qs), W.shape[0]))

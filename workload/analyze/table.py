@@ -42,10 +42,8 @@ class Table:
         self.sid = ints([codes[x] for x in col("session_id", "")])
         self.cls = ints([classes[x] for x in col("user_class")])
         self.slo = ints([-1 if x is None else (1 if x else 0) for x in col("slo_met")], np.int8)
-        self.cancelled = ints(
-            [s == "cancelled" or o == "cancelled" for s, o in zip(col("status"), col("outcome"))],
-            bool,
-        )
+        pairs = zip(col("status"), col("outcome"), strict=True)
+        self.cancelled = ints([s == "cancelled" or o == "cancelled" for s, o in pairs], bool)
         if not req:
             self.outcome = ints(
                 [-1 if o is None else OUTCOME_CODES.get(o, 3) for o in col("outcome")], np.int8

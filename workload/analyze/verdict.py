@@ -79,8 +79,8 @@ from workload.analyze.estimate import scope_metrics
 from workload.analyze.render import render_text as _render_text
 from workload.analyze.rundata import RunData, load_run
 from workload.analyze.serverinfo import error_kinds, server_summary, spec_histogram
-from workload.analyze.table import Pair, Rows
 from workload.analyze.slices import gates_in_slice, slice_filters, spec_lines, where_lines
+from workload.analyze.table import Pair, Rows
 from workload.analyze.thresholds import (
     BETWEEN_INSTANCE,
     MIN_BLOCKS,
