@@ -49,7 +49,7 @@ def slice_filters(reqs_a: Rows, reqs_b: Rows) -> list[tuple[str, np.ndarray, np.
         ("non-streamed requests", ~stream[0], ~stream[1]),
     ]
     for lo, hi, label in STEP_RANGES:
-        out.append((label, *((lo <= s) & (s <= hi) for s in step)))
+        out.append((label, (lo <= step[0]) & (step[0] <= hi), (lo <= step[1]) & (step[1] <= hi)))
     n = len(reqs_a) + len(reqs_b)
     return [(lab, x, y) for lab, x, y in out if 0 < int(x.sum()) + int(y.sum()) < n]
 

@@ -32,6 +32,8 @@ class Table:
 
     def __init__(self, rows: list[dict], codes: dict[Any, int], classes: dict[Any, int], req: bool):
         self.n = n = len(rows)
+        # (session, step) keys: set by Pair from the steps of both runs
+        self.step_min, self.step_span = 0, 1
 
         def col(key: str, default: Any = None) -> list:
             return [r.get(key, default) for r in rows]
