@@ -6,12 +6,15 @@ carries what finalize writes that the analysis reads, including the summary, and
 the mergeable aggregate), B a little slower than A. Rows come from vectorised numpy draws
 and are written with orjson in bulk. Then, each in its own process:
 
-* ``python -m workload.cli compare A B`` and ``python -m workload.cli report A``
+* ``python -m workload.cli compare A B`` and ``python -m workload.cli report A``;
+* the run summary rebuilt from A's files (what finalize does when a run's live counts
+  disagree with the JSONL: workload.run.reconcile)
 
 and prints wall time, CPU time, peak RSS of the child (psutil polling) and report.html's size.
 
     python bench/bench_analysis.py                  # 10k and 100k requests
     python bench/bench_analysis.py --sizes 1000000  # on demand: a million
+    python bench/bench_analysis.py --paired         # B pairs with A by session (canary)
 
 Figures depend on the machine and its load; nothing is asserted.
 """
@@ -32,7 +35,7 @@ from bench_generator import run_child
 from workload.measure.artifacts import SCHEMA_VERSION, write_json
 from workload.measure.records import RequestRecord, SessionRecord
 from workload.measure.stats import Aggregate
-from workload.plan.profile import load_profile
+from workload.plan.loading import load_profile
 
 STEPS = 10  # requests per session
 CLASSES = ("agent", "chat")
@@ -83,8 +86,12 @@ def _request_rows(n: int, rng: np.random.Generator, slow: float, t0: float, span
         yield rows
 
 
-def write_run(path: Path, n: int, seed: int, slow: float) -> float:
-    """One synthetic run directory of ``n`` requests; returns seconds spent."""
+def write_run(path: Path, n: int, seed: int, slow: float, run_seed: int | None = None) -> float:
+    """One synthetic run directory of ``n`` requests; returns seconds spent.
+
+    ``run_seed`` is the seed run.json records (default ``seed``): the same on both sides,
+    the runs pair by session like a seeded canary; different, they compare unpaired.
+    """
     t_gen = time.perf_counter()
     path.mkdir(parents=True)
     rng = np.random.default_rng(seed)
@@ -126,7 +133,7 @@ def write_run(path: Path, n: int, seed: int, slow: float) -> float:
             "argv": ["run", "--host", "http://127.0.0.1:8000"],
             "profile_name": profile.name,
             "profile": profile.model_dump(mode="json"),
-            "seed": seed,
+            "seed": seed if run_seed is None else run_seed,
             "labels": {},
             "target": {"base_url": "http://127.0.0.1:8000"},
             "model": "m",
@@ -140,15 +147,28 @@ def write_run(path: Path, n: int, seed: int, slow: float) -> float:
     return time.perf_counter() - t_gen
 
 
+# The run summary's slow path (workload.run.reconcile): count the JSONL lines, rebuild the
+# aggregate from them (what finalize does when the live counts disagree with the files).
+SUMMARY = (
+    "import sys; from pathlib import Path; from workload.measure import artifacts; "
+    "from workload.run.reconcile import rebuild; p = Path(sys.argv[1]); "
+    "artifacts.count_lines(p, 'requests'); artifacts.count_lines(p, 'sessions'); "
+    "rebuild(p, {}).summary(60.0)"
+)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    ap.add_argument(
+        "--paired", action="store_true", help="B records A's seed: sessions pair (seeded canary)"
+    )
     args = ap.parse_args()
     print(f"{'requests':>9s} {'step':8s} {'wall s':>7s} {'cpu s':>6s} {'peak RSS MiB':>12s}  notes")
     for n in args.sizes:
         with tempfile.TemporaryDirectory(prefix="bench-analysis-") as tmp:
             a, b = Path(tmp) / "A", Path(tmp) / "B"
-            gen_s = write_run(a, n, 1, 1.0) + write_run(b, n, 2, 1.05)
+            gen_s = write_run(a, n, 1, 1.0) + write_run(b, n, 2, 1.05, 1 if args.paired else None)
             size = (a / "requests.jsonl").stat().st_size / 2**20
             print(f"{n:9d} {'generate':8s} {gen_s:7.1f} {'':>6s} {'':>12s}  2 runs, "
                   f"requests.jsonl {size:.0f} MiB each", flush=True)  # fmt: skip
@@ -156,6 +176,7 @@ def main() -> None:
             for step, cmd in (
                 ("compare", [py, "-m", "workload.cli", "compare", str(a), str(b)]),
                 ("report", [py, "-m", "workload.cli", "report", str(a)]),
+                ("summary", [py, "-c", SUMMARY, str(a)]),
             ):
                 c = run_child(cmd, timeout_s=1800, poll_s=0.05)
                 note = f"exit {c.returncode}"

@@ -25,6 +25,7 @@ from workload.analyze.bootstrap import Scope
 from workload.analyze.catalogue import MetricDiff
 from workload.analyze.estimate import scope_metrics
 from workload.analyze.rundata import RunData
+from workload.analyze.table import Pair, Rows
 from workload.analyze.thresholds import BETWEEN_INSTANCE, MIN_BLOCKS
 
 
@@ -51,6 +52,7 @@ def apply_block_intervals(
     metrics: list[MetricDiff],
     a: RunData,
     b: RunData,
+    pair: Pair,
     scopes: list[tuple[str, str | None]],
     paired: bool,
     rng: np.random.Generator,
@@ -65,20 +67,22 @@ def apply_block_intervals(
         return len(blocks)
     names = sorted(BETWEEN_INSTANCE)
     per: dict[tuple[str, str], list[float]] = {}
+    blk_codes = {blk: i for i, blk in enumerate(blocks)}
+    blk_of_id = np.asarray([blk_codes.get(block_of(str(s)), -1) for s in pair.ids], dtype=np.int64)
+    req = [Rows(t) for t in pair.req]
+    sess = [Rows(t) for t in pair.sess]
     for blk in blocks:
 
-        def rows(data: RunData, kind: str, blk: str = blk) -> list[dict]:
-            src = data.requests if kind == "req" else data.sessions
-            return [r for r in src if block_of(str(r.get("session_id", ""))) == blk]
+        def rows(r: Rows, blk: str = blk) -> Rows:
+            return r.where(blk_of_id[r.col("sid")] == blk_codes[blk])
 
-        ra, rb, sa, sb = rows(a, "req"), rows(b, "req"), rows(a, "sess"), rows(b, "sess")
+        ra, rb, sa, sb = rows(req[0]), rows(req[1]), rows(sess[0]), rows(sess[1])
         dur = (a.block_durations.get(blk), b.block_durations.get(blk))
         for name, cls in scopes:
-
-            def pick(rs: list[dict], c: str | None = cls) -> list[dict]:
-                return rs if c is None else [r for r in rs if r.get("user_class") == c]
-
-            sc = Scope(pick(ra), pick(rb), pick(sa), pick(sb), paired)
+            sc = Scope(
+                pair.of_class(ra, cls), pair.of_class(rb, cls),
+                pair.of_class(sa, cls), pair.of_class(sb, cls), paired, pair.n_ids,
+            )  # fmt: skip
             for m in scope_metrics(name, sc, names, rng, 100, dur):
                 v = block_change(m)
                 if v is not None and math.isfinite(v):

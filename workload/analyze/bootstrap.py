@@ -12,31 +12,46 @@ import math
 
 import numpy as np
 
+from workload.analyze.table import Rows
+
+DRAW_CHUNK = 8_000_000  # elements of a (rows, clusters) block built at once
+SMALL_N = 2_000  # values below which boot_quantiles sums over all of them
+
 
 class Scope:
-    """The rows of one scope of both runs, indexed by session cluster."""
+    """The rows of one scope of both runs, indexed by session cluster.
+
+    Rows are index arrays into the runs' columns (workload.analyze.table); `cl_a` / `cl_b`
+    map a session code to its cluster index (-1: not in this scope's side).
+    """
 
     def __init__(
         self,
-        reqs_a: list[dict],
-        reqs_b: list[dict],
-        sess_a: list[dict],
-        sess_b: list[dict],
+        reqs_a: Rows,
+        reqs_b: Rows,
+        sess_a: Rows | None,
+        sess_b: Rows | None,
         paired: bool,
+        n_ids: int,
     ) -> None:
-        ids_a = {r.get("session_id", "") for r in reqs_a} | {
-            s.get("session_id", "") for s in sess_a
-        }
-        ids_b = {r.get("session_id", "") for r in reqs_b} | {
-            s.get("session_id", "") for s in sess_b
-        }
-        common = sorted(ids_a & ids_b) if paired else []
-        only_a = sorted(ids_a - set(common))
-        only_b = sorted(ids_b - set(common))
+        def ids(r: Rows, s: Rows | None) -> np.ndarray:
+            return np.unique(
+                np.concatenate([r.col("sid"), s.col("sid") if s is not None else []]).astype(
+                    np.int64
+                )
+            )
+
+        ids_a, ids_b = ids(reqs_a, sess_a), ids(reqs_b, sess_b)
+        common = np.intersect1d(ids_a, ids_b, assume_unique=True) if paired else ids_a[:0]
+        only_a = np.setdiff1d(ids_a, common, assume_unique=True)
+        only_b = np.setdiff1d(ids_b, common, assume_unique=True)
         self.n_common, self.n_only_a, self.n_only_b = len(common), len(only_a), len(only_b)
-        # Cluster index spaces: A = common + only_a, B = common + only_b.
-        self.idx_a = {sid: i for i, sid in enumerate(common + only_a)}
-        self.idx_b = {sid: i for i, sid in enumerate(common + only_b)}
+        # Cluster index spaces: A = common + only_a, B = common + only_b (ids in sorted order).
+        self.cl_a = np.full(n_ids, -1, dtype=np.int64)
+        self.cl_b = np.full(n_ids, -1, dtype=np.int64)
+        for cl, only in ((self.cl_a, only_a), (self.cl_b, only_b)):
+            cl[common] = np.arange(len(common))
+            cl[only] = len(common) + np.arange(len(only))
         self.reqs = (reqs_a, reqs_b)
         self.sess = (sess_a, sess_b)
 
@@ -49,12 +64,17 @@ class Scope:
         """Bootstrap multiplicities per cluster, shape (n_boot, clusters), for A and B."""
 
         def draw(n: int) -> np.ndarray:
-            if n == 0:
-                return np.zeros((n_boot, 0), dtype=np.int32)
-            idx = rng.integers(0, n, size=(n_boot, n)) + (np.arange(n_boot) * n)[:, None]
-            return (
-                np.bincount(idx.ravel(), minlength=n_boot * n).reshape(n_boot, n).astype(np.int32)
-            )
+            # float32 holds the small integer multiplicities exactly, and products with
+            # per-cluster counts sum exactly in it below 2**24 (see _wsum).
+            out = np.empty((n_boot, n), dtype=np.float32)
+            # Rows in chunks (same random stream as one (n_boot, n) draw, a fraction of the memory)
+            step = max(1, DRAW_CHUNK // max(1, n))
+            for s in range(0, n_boot, step):
+                k = min(step, n_boot - s)
+                idx = rng.integers(0, n, size=(k, n))
+                for i in range(k):  # one row at a time: its counts stay in cache
+                    out[s + i] = np.bincount(idx[i], minlength=n)
+            return out
 
         c = draw(self.n_common)
         return np.hstack([c, draw(self.n_only_a)]), np.hstack([c, draw(self.n_only_b)])
@@ -70,13 +90,88 @@ def quantile_sorted(values: np.ndarray, q: float) -> float:
 def boot_quantiles(
     vals: np.ndarray, clusters: np.ndarray, W: np.ndarray, qs: list[float]
 ) -> np.ndarray:
-    """Weighted inverted-CDF quantiles per bootstrap row: shape (len(qs), n_boot)."""
+    """Weighted inverted-CDF quantiles per bootstrap row: shape (len(qs), n_boot).
+
+    Row b weighs value i by W[b, clusters[i]]; its q-quantile is the smallest sorted value
+    whose cumulative weight reaches ceil(q * total). Rather than a cumulative sum over every
+    value in every row (n_boot x n), the cumulative weight at a few pivots comes from one
+    product with per-cluster counts (exact in float64: integers), and the cumulative sum runs
+    only over a window around the point quantile that holds every row's answer (widened
+    until it does). The result is the same as the full sum, to the index.
+    """
     order = np.argsort(vals, kind="stable")
     v = vals[order]
+    cs = np.asarray(clusters)[order]
+    n, n_boot, k_cl = len(v), W.shape[0], W.shape[1]
+    out = np.empty((len(qs), n_boot))
+    if n == 0:
+        out.fill(np.nan)
+        return out
+    sizes = np.bincount(cs, minlength=k_cl).astype(np.float64)
+    plan = []  # (q, point position, half-width, counts per cluster up to the point)
+    for q in qs:
+        p0 = min(max(0, math.ceil(q * n) - 1), n - 1)
+        cnt0 = np.bincount(cs[: p0 + 1], minlength=k_cl).astype(np.float64)
+        # A row's cumulative weight at p0 less its target varies by about this many values
+        # (multinomial weights: variance ~1 per cluster); 5 of them hold nearly every row.
+        half = 32 + int(5 * math.sqrt(float(((cnt0 - q * sizes) ** 2).sum())))
+        plan.append((q, p0, half))
+    if n <= SMALL_N or sum(2 * h for _, _, h in plan) >= n // 2:
+        return _boot_quantiles_full(v, cs, W, qs)
+
+    def cum_at(positions: list[int]) -> np.ndarray:
+        """Cumulative weight of sorted values [0, p] per row, for each p: (n_boot, len)."""
+        cnt = np.zeros((k_cl, len(positions)))
+        for j, p in enumerate(positions):
+            if p >= 0:
+                cnt[:, j] = np.bincount(cs[: p + 1], minlength=k_cl)
+        return _wsum(W, cnt, wmax)
+
+    wmax = float(W.sum(axis=1, dtype=np.float64).max(initial=0))  # a row's total weight
+    # One pass over W for the total and every quantile's window edges.
+    edges = [(max(0, p0 - half), min(n - 1, p0 + half)) for _, p0, half in plan]
+    cum = cum_at([n - 1] + [x for lo, hi in edges for x in (lo - 1, hi)])
+    tot = cum[:, 0]
+    empty = tot == 0
+    for j, (q, p0, half) in enumerate(plan):
+        target = np.maximum(np.ceil(q * tot - 1e-9), 1)
+        (lo, hi), below, upto = edges[j], cum[:, 1 + 2 * j], cum[:, 2 + 2 * j]
+        while True:
+            ok = empty | (((lo == 0) | (below < target)) & ((hi == n - 1) | (upto >= target)))
+            if ok.all():
+                break
+            half *= 4  # a row outside the window: widen it
+            lo, hi = max(0, p0 - half), min(n - 1, p0 + half)
+            below, upto = cum_at([lo - 1, hi]).T
+        cw = np.cumsum(W[:, cs[lo : hi + 1]], axis=1, dtype=np.int64) + below[:, None]
+        k = lo + (cw >= target[:, None]).argmax(axis=1)
+        res = v[k].astype(float)
+        res[empty] = np.nan
+        out[j] = res
+    return out
+
+
+def _wsum(W: np.ndarray, cnt: np.ndarray, wmax: float) -> np.ndarray:
+    """W @ cnt for integer weights and counts, exactly, as int64.
+
+    Every partial sum is an integer no larger than `wmax` (a row's largest total weight)
+    x the largest count, so
+    float32 sums it exactly while that stays below 2**24; beyond, float64.
+    """
+    big = wmax * float(cnt.max(initial=0))
+    dt = np.float32 if big < 2**24 else np.float64
+    return np.rint(W @ cnt.astype(dt)).astype(np.int64)
+
+
+def _boot_quantiles_full(
+    v: np.ndarray, cs: np.ndarray, W: np.ndarray, qs: list[float]
+) -> np.ndarray:
+    """boot_quantiles by a cumulative sum over all (sorted) values: small inputs, and the
+    reference the windowed search is tested against."""
     out = np.empty((len(qs), W.shape[0]))
     chunk = max(1, 4_000_000 // max(1, len(v)))
     for s in range(0, W.shape[0], chunk):
-        w = W[s : s + chunk][:, clusters[order]]
+        w = W[s : s + chunk][:, cs]
         cw = np.cumsum(w, axis=1, dtype=np.int64)
         tot = cw[:, -1]
         for j, q in enumerate(qs):

@@ -22,74 +22,52 @@ from workload.analyze.bootstrap import (
     robust_se,
 )
 from workload.analyze.catalogue import METRICS, QUANTILES, MetricDiff
+from workload.analyze.table import Rows
 
 
-def _latency(r: dict, lat: str) -> float | None:
-    if r.get("status", "ok") != "ok":
-        return None
-    if lat == "itl":
-        v = r.get("itl_ms")
-        v = v.get("mean") if isinstance(v, dict) else None
-    else:
-        v = r.get(f"{lat}_ms")
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
-
-
-def _ratio_parts(kind: str, rows_req: list[dict], rows_sess: list[dict]) -> tuple[list, list, list]:
-    """(session_ids, numerators, denominators) per row for a ratio metric."""
-    sid, num, den = [], [], []
+def _ratio_parts(
+    kind: str, rows_req: Rows, rows_sess: Rows | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(session codes, numerators, denominators) per row for a ratio metric."""
+    none = np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
     if kind == "error_ratio":
-        for r in rows_req:
-            if r.get("status") == "cancelled":
-                continue
-            sid.append(r.get("session_id", ""))
-            num.append(0.0 if r.get("status", "ok") == "ok" else 1.0)
-            den.append(1.0)
-    elif kind in ("tool_loop_failure_ratio", "session_success_ratio"):
-        for s in rows_sess:
-            out = s.get("outcome")
-            if out == "cancelled" or out is None:
-                continue
-            sid.append(s.get("session_id", ""))
-            hit = out == ("tool_loop_failure" if kind == "tool_loop_failure_ratio" else "completed")
-            num.append(1.0 if hit else 0.0)
-            den.append(1.0)
-    elif kind in ("request_goodput_ratio", "session_goodput_ratio"):
+        st = rows_req.col("status")
+        keep = st != 2  # cancelled
+        return rows_req.col("sid")[keep], (st[keep] != 0).astype(float), np.ones(int(keep.sum()))
+    if kind in ("tool_loop_failure_ratio", "session_success_ratio"):
+        if rows_sess is None:
+            return none
+        out = rows_sess.col("outcome")
+        keep = (out != 2) & (out != -1)
+        hit = out[keep] == (1 if kind == "tool_loop_failure_ratio" else 0)
+        return rows_sess.col("sid")[keep], hit.astype(float), np.ones(int(keep.sum()))
+    if kind in ("request_goodput_ratio", "session_goodput_ratio"):
         # Each row's goodput verdict, as judged when it was recorded (``slo_met``; rows of
         # runs older than goodput carry none and are left out). Cancelled ones do not count.
         rows = rows_req if kind == "request_goodput_ratio" else rows_sess
-        for r in rows:
-            met = r.get("slo_met")
-            if met is None or "cancelled" in (r.get("status"), r.get("outcome")):
-                continue
-            sid.append(r.get("session_id", ""))
-            num.append(1.0 if met else 0.0)
-            den.append(1.0)
-    elif kind == "cached_ratio":
-        for r in rows_req:
-            p = r.get("prompt_tokens")
-            if r.get("status", "ok") != "ok" or not p or r.get("cached_tokens") is None:
-                continue
-            sid.append(r.get("session_id", ""))
-            num.append(float(r["cached_tokens"]))
-            den.append(float(p))
-    elif kind == "spec_acceptance_rate":
-        for r in rows_req:
-            sd = r.get("spec_decode")
-            if not isinstance(sd, dict) or not sd.get("num_draft_tokens"):
-                continue
-            sid.append(r.get("session_id", ""))
-            num.append(float(sd.get("num_accepted_draft_tokens") or 0))
-            den.append(float(sd["num_draft_tokens"]))
-    elif kind == "spec_acceptance_length":
-        for r in rows_req:
-            sd = r.get("spec_decode")
-            v = sd.get("mean_acceptance_length") if isinstance(sd, dict) else None
-            if isinstance(v, (int, float)):
-                sid.append(r.get("session_id", ""))
-                num.append(float(v))
-                den.append(1.0)
-    return sid, num, den
+        if rows is None:
+            return none
+        met = rows.col("slo")
+        keep = (met != -1) & ~rows.col("cancelled")
+        return rows.col("sid")[keep], (met[keep] == 1).astype(float), np.ones(int(keep.sum()))
+    if kind == "cached_ratio":
+        p, c = rows_req.col("ptok"), rows_req.col("cached")
+        keep = (rows_req.col("status") == 0) & (p != 0) & ~np.isnan(c)
+        return rows_req.col("sid")[keep], c[keep], p[keep]
+    if kind == "spec_acceptance_rate":
+        d = rows_req.col("sd_draft")
+        keep = d != 0
+        return rows_req.col("sid")[keep], rows_req.col("sd_acc")[keep], d[keep]
+    if kind == "spec_acceptance_length":
+        v = rows_req.col("sd_len")
+        keep = ~np.isnan(v)
+        return rows_req.col("sid")[keep], v[keep], np.ones(int(keep.sum()))
+    return none
+
+
+def _pysum(x: np.ndarray) -> float:
+    """sum() of the values in row order (as the point estimates always were: same rounding)."""
+    return sum(x.tolist())
 
 
 MIN_SAMPLES = 20  # per side, below which a metric is "insufficient data"
@@ -105,7 +83,7 @@ def _exact_counts(m: MetricDiff, name: str, sc: Scope) -> None:
     counts = []
     for side in (0, 1):
         _, num, _ = _ratio_parts(name, sc.reqs[side], sc.sess[side])
-        counts.extend([int(sum(num)), len(num)])
+        counts.extend([int(_pysum(num)), len(num)])
     xa, na, xb, nb = counts
     if not na or not nb:
         return
@@ -116,12 +94,8 @@ def _exact_counts(m: MetricDiff, name: str, sc: Scope) -> None:
     m.se = math.sqrt(pooled * (1 - pooled) * (1 / na + 1 / nb))
 
 
-def _req_key(r: dict) -> tuple[str, int]:
-    return str(r.get("session_id", "")), int(r.get("step") or 0)
-
-
-def _paired_requests(sc: Scope, lat: str) -> set[tuple[str, int]] | None:
-    """The (session, step) requests with a `lat` value in both runs, or None if unpaired.
+def _paired_requests(sc: Scope, lat: str) -> np.ndarray | None:
+    """The (session, step) keys of requests with a `lat` value in both runs, or None if unpaired.
 
     Seeded traffic sends the same requests to both sides, but a slower side gets
     fewer of them done before the run ends, and the later steps it misses carry
@@ -131,8 +105,17 @@ def _paired_requests(sc: Scope, lat: str) -> set[tuple[str, int]] | None:
     """
     if not sc.n_common:
         return None
-    keys = [{_req_key(r) for r in sc.reqs[side] if _latency(r, lat) is not None} for side in (0, 1)]
-    return keys[0] & keys[1]
+    keys = [r.key()[~np.isnan(r.lat(lat))] for r in sc.reqs]
+    return np.intersect1d(keys[0], keys[1])
+
+
+def _last_by_key(rows: Rows, lat: str) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique keys, the last positive `lat` value of each) of these requests."""
+    v = rows.lat(lat)
+    keep = v > 0  # NaN compares False
+    k, v = rows.key()[keep][::-1], v[keep][::-1]
+    uk, first = np.unique(k, return_index=True)
+    return uk, v[first]
 
 
 def _shift_metric(scope_name: str, sc: Scope, name: str, Wa: np.ndarray) -> MetricDiff:
@@ -149,18 +132,12 @@ def _shift_metric(scope_name: str, sc: Scope, name: str, Wa: np.ndarray) -> Metr
     m.paired_share, m.higher_is_worse = sc.pair_share, d.higher_is_worse
     if not sc.n_common:
         return m
-    vals: list[dict[tuple[str, int], float]] = [{}, {}]
-    for side in (0, 1):
-        for r in sc.reqs[side]:
-            v = _latency(r, lat)
-            if v is not None and v > 0:
-                vals[side][_req_key(r)] = v
-    keys = sorted(set(vals[0]) & set(vals[1]))
+    (ka, xa), (kb, xb) = (_last_by_key(r, lat) for r in sc.reqs)
+    keys, ia, ib = np.intersect1d(ka, kb, assume_unique=True, return_indices=True)
     m.n_a = m.n_b = len(keys)
-    if not keys:
+    if not len(keys):
         return m
-    va = np.asarray([vals[0][k] for k in keys])
-    vb = np.asarray([vals[1][k] for k in keys])
+    va, vb = xa[ia], xb[ib]
     m.a = quantile_sorted(np.sort(va), 0.5)
     m.b = quantile_sorted(np.sort(vb), 0.5)
     if len(keys) < MIN_SAMPLES:
@@ -168,7 +145,7 @@ def _shift_metric(scope_name: str, sc: Scope, name: str, Wa: np.ndarray) -> Metr
     lr = np.log(vb) - np.log(va)
     med = quantile_sorted(np.sort(lr), 0.5)
     m.change = math.expm1(med)
-    cl = np.asarray([sc.idx_a[k[0]] for k in keys], dtype=np.int64)
+    cl = sc.cl_a[keys // sc.reqs[0].t.step_span]
     boot = boot_quantiles(lr, cl, Wa, [0.5])[0]
     m.se = 0.0 if np.nanmax(np.abs(boot - med), initial=0) == 0 else robust_se(boot)
     return m
@@ -189,7 +166,7 @@ def scope_metrics(
     """Point estimates and bootstrap standard errors for `names` in one scope."""
     out: list[MetricDiff] = []
     Wa, Wb = sc.weights(rng, n_boot)
-    idx = (sc.idx_a, sc.idx_b)
+    idx = (sc.cl_a, sc.cl_b)
     W = (Wa, Wb)
     ps = sc.pair_share
     lat_names: dict[str, list[str]] = {}
@@ -203,14 +180,13 @@ def scope_metrics(
         ns: list[int] = []
         both = _paired_requests(sc, lat)
         for side in (0, 1):
-            vals: list[float] = []
-            cl: list[int] = []
-            for r in sc.reqs[side]:
-                v = _latency(r, lat)
-                if v is not None and (both is None or _req_key(r) in both):
-                    vals.append(v)
-                    cl.append(idx[side][r.get("session_id", "")])
-            va = np.asarray(vals, dtype=float)
+            rows = sc.reqs[side]
+            lv = rows.lat(lat)
+            keep = ~np.isnan(lv)
+            if both is not None:
+                keep &= np.isin(rows.key(), both)
+            va = lv[keep]
+            cl = idx[side][rows.col("sid")[keep]]
             ns.append(len(va))
             if len(va) == 0:
                 pts.append([None] * len(qs))
@@ -218,7 +194,7 @@ def scope_metrics(
                 continue
             sv = np.sort(va)
             pts.append([quantile_sorted(sv, q) for q in qs])
-            boots.append(boot_quantiles(va, np.asarray(cl, dtype=np.int64), W[side], qs))
+            boots.append(boot_quantiles(va, cl, W[side], qs))
         for j, (qn, q) in enumerate(zip(qnames, qs, strict=True)):
             d = METRICS[qn]
             m = MetricDiff(scope_name, qn, d.unit, d.change, pts[0][j], pts[1][j], ns[0], ns[1])
@@ -241,15 +217,16 @@ def scope_metrics(
             for side in (0, 1):
                 sid, num, den = _ratio_parts(n, sc.reqs[side], sc.sess[side])
                 ns.append(len(sid))
-                if not sid or sum(den) == 0:
+                sden = _pysum(den)
+                if not len(sid) or sden == 0:
                     pt.append(None)
                     bs.append(None)
                     continue
-                cla = np.asarray([idx[side][s] for s in sid], dtype=np.int64)
+                cla = idx[side][sid]
                 k = W[side].shape[1]
-                ns_num = cluster_sums(np.asarray(num), cla, k)
-                ns_den = cluster_sums(np.asarray(den), cla, k)
-                pt.append(float(sum(num) / sum(den)))
+                ns_num = cluster_sums(num, cla, k)
+                ns_den = cluster_sums(den, cla, k)
+                pt.append(float(_pysum(num) / sden))
                 with np.errstate(invalid="ignore", divide="ignore"):
                     bs.append((W[side] @ ns_num) / (W[side] @ ns_den))
             m = MetricDiff(scope_name, n, d.unit, d.change, pt[0], pt[1], ns[0], ns[1])
@@ -278,13 +255,14 @@ def scope_metrics(
             sbs: list[Any] = []
             ns = []
             for side in (0, 1):
-                rows = [r for r in sc.reqs[side] if r.get("status", "ok") == "ok"]
-                toks = np.asarray([float(r.get("completion_tokens") or 0) for r in rows])
-                cla = np.asarray([idx[side][r.get("session_id", "")] for r in rows], dtype=np.int64)
-                ns.append(len(rows))
+                rows = sc.reqs[side]
+                ok = rows.col("status") == 0
+                toks = rows.col("ctok")[ok]
+                cla = idx[side][rows.col("sid")[ok]]
+                ns.append(len(toks))
                 sums = (
                     cluster_sums(toks, cla, W[side].shape[1])
-                    if len(rows)
+                    if len(toks)
                     else np.zeros(W[side].shape[1])
                 )
                 spt.append(float(toks.sum()) / per[side])
@@ -309,9 +287,10 @@ def scope_metrics(
             counts = []
             for side in (0, 1):
                 if n == "completed_sessions":
-                    c = sum(1 for s in sc.sess[side] if s.get("outcome") == "completed")
+                    ss = sc.sess[side]
+                    c = int((ss.col("outcome") == 0).sum()) if ss is not None else 0
                 else:
-                    c = sum(1 for r in sc.reqs[side] if r.get("status", "ok") == "ok")
+                    c = int((sc.reqs[side].col("status") == 0).sum())
                 counts.append(c)
             da, db = dur
             scale = (60.0 / da, 60.0 / db) if da and db else (1.0, 1.0)

@@ -9,9 +9,10 @@ spec-decode stats, sometimes why.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import numpy as np
 
 from workload.analyze.catalogue import VERDICT_WORSE, MetricDiff
+from workload.analyze.table import Rows
 
 STEP_RANGES = ((1, 3, "steps 1-3"), (4, 10, "steps 4-10"), (11, 10**9, "steps 11+"))
 # Request-kind slices whose per-token shift and spec-decode acceptance gate: an upgrade can
@@ -34,30 +35,23 @@ LABELS = {
 }
 
 
-def _key(r: dict) -> tuple[str, int]:
-    return str(r.get("session_id", "")), int(r.get("step") or 0)
-
-
-def _step_range(lo: int, hi: int) -> Callable[[dict], bool]:
-    return lambda r: lo <= int(r.get("step") or 0) <= hi
-
-
-def slice_filters(
-    reqs_a: list[dict], reqs_b: list[dict]
-) -> list[tuple[str, Callable[[dict], bool]]]:
-    """(label, predicate) per slice kind that splits these requests into two or more parts."""
-    tooly = {_key(r) for r in reqs_a + reqs_b if r.get("tool_calls")}
-    out: list[tuple[str, Callable[[dict], bool]]] = [
-        ("tool-calling steps", lambda r: _key(r) in tooly),
-        ("free-text steps", lambda r: _key(r) not in tooly),
-        ("streamed requests", lambda r: bool(r.get("stream", True))),
-        ("non-streamed requests", lambda r: not r.get("stream", True)),
+def slice_filters(reqs_a: Rows, reqs_b: Rows) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """(label, keep A, keep B) per slice kind that splits these requests into two or more parts."""
+    ka, kb = reqs_a.key(), reqs_b.key()
+    tooly = np.union1d(ka[reqs_a.col("tool")], kb[reqs_b.col("tool")])
+    tool = (np.isin(ka, tooly), np.isin(kb, tooly))
+    stream = (reqs_a.col("stream"), reqs_b.col("stream"))
+    step = (reqs_a.col("step"), reqs_b.col("step"))
+    out = [
+        ("tool-calling steps", *tool),
+        ("free-text steps", ~tool[0], ~tool[1]),
+        ("streamed requests", *stream),
+        ("non-streamed requests", ~stream[0], ~stream[1]),
     ]
     for lo, hi, label in STEP_RANGES:
-        out.append((label, _step_range(lo, hi)))
-    both = reqs_a + reqs_b
-    n = len(both)
-    return [(lab, f) for lab, f in out if 0 < sum(1 for r in both if f(r)) < n]
+        out.append((label, (lo <= step[0]) & (step[0] <= hi), (lo <= step[1]) & (step[1] <= hi)))
+    n = len(reqs_a) + len(reqs_b)
+    return [(lab, x, y) for lab, x, y in out if 0 < int(x.sum()) + int(y.sum()) < n]
 
 
 def metric_label(m: MetricDiff) -> str:

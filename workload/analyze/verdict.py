@@ -80,6 +80,7 @@ from workload.analyze.render import render_text as _render_text
 from workload.analyze.rundata import RunData, load_run
 from workload.analyze.serverinfo import error_kinds, server_summary, spec_histogram
 from workload.analyze.slices import gates_in_slice, slice_filters, spec_lines, where_lines
+from workload.analyze.table import Pair, Rows
 from workload.analyze.thresholds import (
     BETWEEN_INSTANCE,
     MIN_BLOCKS,
@@ -308,30 +309,29 @@ def compare_runs(
     scopes: list[tuple[str, str | None]] = [("overall", None)] + [
         (f"class:{c}", c) for c in classes
     ]
+    pair = Pair((a.requests, b.requests), (a.sessions, b.sessions))
+    req = (Rows(pair.req[0]), Rows(pair.req[1]))
+    sess = (Rows(pair.sess[0]), Rows(pair.sess[1]))
     for name, cls in scopes:
-
-        def pick(rows: list[dict], c: str | None = cls) -> list[dict]:
-            return rows if c is None else [r for r in rows if r.get("user_class") == c]
-
-        sc = Scope(pick(a.requests), pick(b.requests), pick(a.sessions), pick(b.sessions), paired)
+        ra, rb = (pair.of_class(r, cls) for r in req)
+        sa, sb = (pair.of_class(s, cls) for s in sess)
+        sc = Scope(ra, rb, sa, sb, paired, pair.n_ids)
         metrics += scope_metrics(name, sc, top_names, rng, n_boot, dur)
     if steps:
         for cls in classes:
-            ra = [r for r in a.requests if r.get("user_class") == cls]
-            rb = [r for r in b.requests if r.get("user_class") == cls]
-            for k in sorted({int(r.get("step") or 0) for r in ra + rb}):
-                sa = [r for r in ra if int(r.get("step") or 0) == k]
-                sb = [r for r in rb if int(r.get("step") or 0) == k]
-                sc = Scope(sa, sb, [], [], paired)
+            ra, rb = (pair.of_class(r, cls) for r in req)
+            sta, stb = ra.col("step"), rb.col("step")
+            for k in np.unique(np.concatenate([sta, stb])).tolist():
+                sc = Scope(ra.where(sta == k), rb.where(stb == k), None, None, paired, pair.n_ids)
                 metrics += scope_metrics(
                     f"step:{cls}:{k}", sc, list(STEP_METRICS), rng, n_boot, dur
                 )
-            for label, keep in slice_filters(ra, rb):
-                sc = Scope([r for r in ra if keep(r)], [r for r in rb if keep(r)], [], [], paired)
+            for label, keep_a, keep_b in slice_filters(ra, rb):
+                sc = Scope(ra.where(keep_a), rb.where(keep_b), None, None, paired, pair.n_ids)
                 metrics += scope_metrics(
                     f"slice:{cls}:{label}", sc, list(SLICE_METRICS), rng, n_boot, dur
                 )
-    n_blocks = apply_block_intervals(metrics, a, b, scopes, paired, rng)
+    n_blocks = apply_block_intervals(metrics, a, b, pair, scopes, paired, rng)
 
     for m in metrics:
         local = m.scope.startswith(("step:", "slice:"))

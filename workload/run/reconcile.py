@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +64,17 @@ def rebuild(out: Path, slos: dict[str, dict[str, float]]) -> Any:
 
     agg = Aggregate(slos)
     rf, sf = set(RequestRecord.__dataclass_fields__), set(SessionRecord.__dataclass_fields__)
-    for row in artifacts.read_records(out, "requests"):
+    # Streamed row by row (a long run's rows as dicts would take GiBs), in read_records' order.
+    for row in _stream(out, "requests"):
         agg.add_request(RequestRecord(**{k: v for k, v in row.items() if k in rf}))
-    for row in artifacts.read_records(out, "sessions"):
+    for row in _stream(out, "sessions"):
         agg.add_session(SessionRecord(**{k: v for k, v in row.items() if k in sf}))
     return agg
+
+
+def _stream(out: Path, kind: str) -> Iterator[dict[str, Any]]:
+    for p in sorted(Path(out).glob(f"{kind}*.jsonl")):
+        yield from artifacts.iter_jsonl(p, objects=True)
 
 
 def reconcile(total: Any, out: Path, slos: dict[str, dict[str, float]], *, wait: bool) -> Any:

@@ -1,0 +1,161 @@
+"""Analysis at scale: the fast paths give the results of the plain ones, to the last digit.
+
+* boot_quantiles' windowed search finds the same index as a cumulative sum over all values;
+* bootstrap weights drawn in row chunks are the one big draw they replace;
+* a comparison of a small pair with everything in it (paired sessions, blocks, tool calls,
+  spec decode, goodput, cancelled rows, unpaired sessions) matches a golden file written
+  by the row-dict implementation this replaced (tests/fixtures/compare_golden.json).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from workload.analyze import bootstrap as B
+from workload.analyze.table import Pair, Rows
+from workload.analyze.verdict import compare_runs
+
+GOLDEN = Path(__file__).parent / "fixtures" / "compare_golden.json"
+
+
+def _scope(n_a: int, n_b: int, common: int) -> B.Scope:
+    ids_a = [f"s{i:05d}" for i in range(n_a)]
+    ids_b = [f"s{i:05d}" for i in range(n_a - common, n_a - common + n_b)]
+    pair = Pair(([], []), ([{"session_id": s} for s in ids_a], [{"session_id": s} for s in ids_b]))
+    empty = [Rows(t) for t in pair.req]
+    return B.Scope(empty[0], empty[1], Rows(pair.sess[0]), Rows(pair.sess[1]), True, pair.n_ids)
+
+
+def test_chunked_weights_are_the_one_big_draw(monkeypatch):
+    sc = _scope(3000, 2800, 2500)
+    n_boot = 200
+    ref_rng = np.random.default_rng(3)
+
+    def draw(n):
+        idx = ref_rng.integers(0, n, size=(n_boot, n)) + (np.arange(n_boot) * n)[:, None]
+        return np.bincount(idx.ravel(), minlength=n_boot * n).reshape(n_boot, n)
+
+    c = draw(sc.n_common)
+    ref = np.hstack([c, draw(sc.n_only_a)]), np.hstack([c, draw(sc.n_only_b)])
+    monkeypatch.setattr(B, "DRAW_CHUNK", 7_777)  # several chunks of odd sizes
+    got = sc.weights(np.random.default_rng(3), n_boot)
+    assert all(np.array_equal(x, y) for x, y in zip(ref, got, strict=True))
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_windowed_quantiles_match_the_full_sum(trial, monkeypatch):
+    rng = np.random.default_rng(trial)
+    n_cl = int(rng.integers(2000, 6000))
+    per = 1 + trial % 7
+    cl = np.repeat(np.arange(n_cl), per)
+    rng.shuffle(cl)
+    n = len(cl)
+    vals = np.round(rng.lognormal(0, 1, n), int(rng.integers(0, 3)))  # ties
+    W = rng.multinomial(n_cl, np.full(n_cl, 1 / n_cl), size=150).astype(np.int32)
+    if trial % 3 == 0:
+        W[:, : n_cl // 2] = 0  # half the clusters never drawn
+    if trial % 4 == 0:
+        W[7] = 0  # an empty row: NaN
+    if trial % 5 == 0:
+        W[3, cl[np.argsort(vals)[: n // 10]]] = 60  # a row far from the others: the window widens
+    qs = [0.5, 0.95, 0.99, 0.01]
+    order = np.argsort(vals, kind="stable")
+    ref = B._boot_quantiles_full(vals[order], cl[order], W, qs)
+    monkeypatch.setattr(B, "SMALL_N", 0)
+    if n > 12_000:  # large enough that the windows are used: the full sum must not run
+
+        def no_full(*a):
+            raise AssertionError("windowed search not used")
+
+        monkeypatch.setattr(B, "_boot_quantiles_full", no_full)
+    assert np.array_equal(ref, B.boot_quantiles(vals, cl, W, qs), equal_nan=True)
+
+
+def write_pair(root: Path) -> tuple[Path, Path]:
+    """Two small interleaved (4-block) runs with every kind of row the estimates read."""
+    rnd = random.Random(11)
+    run = {"run_id": "golden", "seed": 1, "duration_s": 120.0, "profile": {"name": "p"}}
+    for side, slow in (("a", 1.0), ("b", 1.06)):
+        for blk in range(4):
+            d = root / side / f"block-{blk}"
+            d.mkdir(parents=True)
+            reqs, sess = [], []
+            for s in range(60):
+                sid = f"{'agent' if s % 3 else 'chat'}-{s:03d}"
+                if rnd.random() < 0.03:
+                    sid += f"-{side}"  # a session only one side has
+                cls = "agent" if s % 3 else "chat"
+                for step in range(1 + s % 7):
+                    x = rnd.random()
+                    r = {"session_id": sid, "user_class": cls, "step": step,
+                         "t_start": 1000.0 + s + step / 10, "status": "ok",
+                         "ttft_ms": round(rnd.lognormvariate(5, 0.4) * slow, 3),
+                         "tpot_ms": round(rnd.lognormvariate(3, 0.2) * slow, 3),
+                         "e2e_ms": round(rnd.lognormvariate(7, 0.3) * slow, 3),
+                         "itl_ms": {"mean": round(rnd.lognormvariate(3, 0.2) * slow, 3)},
+                         "completion_tokens": rnd.randint(10, 200),
+                         "prompt_tokens": rnd.randint(100, 4000),
+                         "cached_tokens": rnd.choice([None, 0, 50, 1000]),
+                         "tool_calls": [{"name": "t"}] if x < 0.3 else [],
+                         "stream": x < 0.9,
+                         "slo_met": None if x > 0.95 else x < 0.8}  # fmt: skip
+                    if x < 0.03:
+                        r.update(status="error", error_kind="http_status", ttft_ms=None)
+                    elif x < 0.05:
+                        r.update(status="cancelled")
+                    if rnd.random() < 0.5:
+                        r["spec_decode"] = {
+                            "num_draft_tokens": rnd.randint(0, 30),
+                            "num_accepted_draft_tokens": rnd.randint(0, 20),
+                            "mean_acceptance_length": round(rnd.uniform(1, 3) / slow, 3),
+                        }
+                    reqs.append(r)
+                sess.append({"session_id": sid, "user_class": cls, "steps_done": 1 + s % 7,
+                             "outcome": rnd.choice(["completed"] * 8 + ["tool_loop_failure",
+                                                    "cancelled", "failed", None]),
+                             "slo_met": rnd.random() < 0.7})  # fmt: skip
+            (d / "requests.jsonl").write_bytes(b"\n".join(map(orjson.dumps, reqs)) + b"\n")
+            (d / "sessions.jsonl").write_bytes(b"\n".join(map(orjson.dumps, sess)) + b"\n")
+            (d / "run.json").write_text(json.dumps(run))
+    return root / "a", root / "b"
+
+
+def _digest(c) -> dict:
+    def r(v):
+        if isinstance(v, float):
+            return float(f"{v:.12g}")
+        if isinstance(v, (list, tuple)):
+            return [r(x) for x in v]
+        return v
+
+    keep = ("scope", "metric", "a", "b", "n_a", "n_b", "change", "se", "ci", "verdict", "gated",
+            "method", "blocks", "counts", "p_value", "note", "same_as", "paired_share")  # fmt: skip
+    return {
+        "verdict": c.verdict,
+        "gated": c.gated_count,
+        "where": c.where,
+        "metrics": [{k: r(m.to_dict()[k]) for k in keep} for m in c.metrics],
+    }
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+def test_comparison_matches_the_golden_file(tmp_path, blocks):
+    a, b = write_pair(tmp_path)
+    if not blocks:  # the same rows as one-block runs
+        for side in (a, b):
+            one = side.with_name(side.name + "1")
+            one.mkdir()
+            for kind in ("requests", "sessions"):
+                parts = [(p / f"{kind}.jsonl").read_bytes() for p in sorted(side.glob("block-*"))]
+                (one / f"{kind}.jsonl").write_bytes(b"".join(parts))
+            (one / "run.json").write_text((side / "block-0" / "run.json").read_text())
+        a, b = a.with_name("a1"), b.with_name("b1")
+    got = _digest(compare_runs(a, b, n_boot=200))
+    want = json.loads(GOLDEN.read_text())["blocks" if blocks else "one"]
+    assert got == want
