@@ -10,6 +10,7 @@ from typing import Any
 
 import gevent
 
+from workload import memtrace
 from workload.errors import EXIT_BAD_INPUT, AgentloadError
 from workload.locust import arrivals, stopping, webui
 from workload.locust import options as options_mod
@@ -24,6 +25,7 @@ def register(events: Any) -> None:
     if getattr(events, "_agentload_registered", False):
         return
     events._agentload_registered = True
+    memtrace.start_from_env("locust")  # AGENTLOAD_TRACEMALLOC=path (soak diagnostics; off: no-op)
     events.init_command_line_parser.add_listener(options_mod.add_arguments)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
