@@ -80,9 +80,13 @@ def fit(ts: list[float], ys: list[float]) -> tuple[float, float]:
     return slope, my - slope * mt
 
 
-def growth(samples: list[dict], key: str) -> dict:
-    """Growth after warm-up: a line through the second half of the samples."""
-    half = [s for s in samples if s[key] is not None][len(samples) // 2 :]
+def growth(samples: list[dict], key: str, duration_s: float) -> dict:
+    """Growth after warm-up: a line through the samples of the run's second half.
+
+    Samples past the run's duration (Locust writing up, then exiting) are left out.
+    """
+    during = [s for s in samples if s[key] is not None and s["t"] <= duration_s]
+    half = [s for s in during if s["t"] >= duration_s / 2]
     if len(half) < 3:
         return {"samples": len(half), "verdict": "too short"}
     ts = [s["t"] for s in half]
@@ -194,9 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         if run is not None and run.poll() is None:
             stop_child(run, timeout_s=30)
         sim.stop()
-    # Samples taken while Locust was still starting (fewer than 2 processes) or writing up
-    # its artifacts would skew the fit; the second half is past both.
-    verdicts = {k: growth(samples, k) for k in ("locust", "sim")}
+    verdicts = {k: growth(samples, k, duration) for k in ("locust", "sim")}
     print(f"\nexit code of agentload run: {rc}")
     for k, g in verdicts.items():
         if "mib_per_min" not in g:
