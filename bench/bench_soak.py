@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     duration = parse_duration(args.duration)
 
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(ROOT) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
     if args.tracemalloc:
         Path(args.tracemalloc).mkdir(parents=True, exist_ok=True)
         os.environ["AGENTLOAD_TRACEMALLOC"] = str(Path(args.tracemalloc) / "trace")

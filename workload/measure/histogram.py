@@ -9,8 +9,8 @@ the same histogram as recording every value in one process.
 from __future__ import annotations
 
 import functools
-from array import array
 import math
+from array import array
 from collections.abc import Iterable, Mapping
 from typing import Any
 
