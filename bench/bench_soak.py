@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tracemalloc", default=None, metavar="DIR", help="trace allocations")
     ap.add_argument("--trace-interval", type=float, default=60.0)
     ap.add_argument("--trace-frames", type=int, default=1)
+    ap.add_argument("--trace-which", choices=("both", "sim", "locust"), default="both")
     ap.add_argument("--run-arg", action="append", default=[], help="extra `agentload run` arg")
     args = ap.parse_args(argv)
     duration = parse_duration(args.duration)
@@ -141,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["AGENTLOAD_TRACEMALLOC"] = str(Path(args.tracemalloc) / "trace")
         os.environ["AGENTLOAD_TRACEMALLOC_INTERVAL"] = str(args.trace_interval)
         os.environ["AGENTLOAD_TRACEMALLOC_FRAMES"] = str(args.trace_frames)
-        env.update({k: os.environ[k] for k in os.environ if k.startswith("AGENTLOAD_TRACEMALLOC")})
+        if args.trace_which != "sim":
+            env.update(
+                {k: v for k, v in os.environ.items() if k.startswith("AGENTLOAD_TRACEMALLOC")}
+            )
+        if args.trace_which == "locust":
+            del os.environ["AGENTLOAD_TRACEMALLOC"]  # the simulator inherits os.environ
 
     tmp = None
     out = args.out
