@@ -29,10 +29,10 @@ import orjson
 
 from workload.plan.tokens import get_tokenizer
 
-# Token ids the segment cache holds at most: about 9 bytes each with the text keys, so
-# ~36 MiB. Agent sessions resend their history every turn; this holds the histories of a
-# few hundred concurrent sessions. (An entry-count bound let a long run of long-context
-# sessions grow the process by gigabytes.)
+# Token ids the segment cache holds at most: ~10 bytes each with the text keys, so ~40 MiB.
+# Agent sessions resend their history every turn; this holds the histories of a few hundred
+# concurrent sessions. (Bounding entries instead let long one-off segments, e.g. 100k-token
+# documents, grow the process by ~10 MiB a minute, towards gigabytes.)
 CACHE_TOKENS = 4_000_000
 
 _WORDS = [
