@@ -97,3 +97,26 @@ def test_histogram_merge_equals_single(a, b):
     ha.merge(LatencyHistogram.from_dict(json.loads(json.dumps(hb.to_dict()))))
     assert ha.bucket_counts() == hab.bucket_counts()
     assert ha.summary() == hab.summary()
+
+
+def test_sparse_and_dense_counts_encode_like_hdrh():
+    # Few distinct values stay sparse (a few KiB, not a 184 KiB array); many go dense.
+    # Either way the encoding, counts and percentiles are hdrh's own.
+    rng = np.random.default_rng(7)
+    wide = np.exp(rng.uniform(0, np.log(3e9), 100_000)).astype(np.int64)
+    for values_us in (rng.integers(1000, 1100, 300), wide):
+        ref = HdrHistogram(1, 3_600_000_000, 3)
+        for v in values_us:
+            ref.record_value(int(v))
+        h = LatencyHistogram()
+        h.record_many_ms((values_us / 1000).tolist())
+        assert h.to_dict()["hdr"] == ref.encode().decode("ascii")
+        assert h._hdr.equals(ref)
+        assert (h.counts_copy() == np.ctypeslib.as_array(ref.counts)).all()
+        back = LatencyHistogram.from_dict(json.loads(json.dumps(h.to_dict())))
+        assert back.summary() == h.summary() and back.bucket_counts() == h.bucket_counts()
+    assert h._dense is not None  # the wide one went dense
+    small = LatencyHistogram()
+    small.record_many_ms([1.0, 2.0, 3.0])
+    small.summary()
+    assert small._dense is None and small._idx.size == 3

@@ -312,3 +312,17 @@ def test_every_request_finishes_and_all_blocks_come_back(reqs, policy, k):
     assert eng.kv.num_free == eng.kv.num_blocks and eng.kv.usage == 0.0
     assert all(v == 0 for v in eng.kv.ref.values())
     assert eng.stats.generation_tokens == sum(r.output_len for r in made)
+
+
+def test_segment_token_cache_is_bounded_by_tokens():
+    # Long one-off segments (100k-token documents) must not pile up in the simulator.
+    content = ContentModel(cache_tokens=5000)
+    texts = ["".join(random.Random(i).choices(content.words, k=1000)) for i in range(20)]
+    for t in texts:
+        ids = content.encode(t)
+        assert len(ids) == 1000 and list(ids) == content.tok.encode(t)
+    assert content._cache_tokens <= 5000 and len(content._cache) == 5
+    assert list(content._cache) == texts[-5:]  # least recently used go first
+    content.encode(texts[15])
+    content.encode(texts[0])
+    assert texts[15] in content._cache and texts[16] not in content._cache

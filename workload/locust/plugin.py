@@ -10,6 +10,7 @@ from typing import Any
 
 import gevent
 
+from workload import memtrace
 from workload.errors import EXIT_BAD_INPUT, AgentloadError
 from workload.locust import arrivals, health, stopping, warmup, webui
 from workload.locust import options as options_mod
@@ -25,6 +26,7 @@ def register(events: Any) -> None:
         return
     events._agentload_registered = True
     warmup.install_fork_hook()  # `--processes`: workers inherit the warm caches
+    memtrace.start_from_env("locust")  # AGENTLOAD_TRACEMALLOC=path (soak diagnostics; off: no-op)
     events.init_command_line_parser.add_listener(options_mod.add_arguments)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)

@@ -194,7 +194,7 @@ class AgentRuntime:
         if interval > 0:
             self.metrics_writer = artifacts.JsonlWriter(self.out_dir / "metrics.jsonl")
             self.scraper = metrics.MetricsScraper(
-                host, interval, self.metrics_writer.write, api_key=api_key
+                host, interval, self.metrics_writer.write, api_key=api_key, keep=False
             )
             self.scraper.start()
 

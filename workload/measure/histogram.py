@@ -8,7 +8,9 @@ the same histogram as recording every value in one process.
 
 from __future__ import annotations
 
+import functools
 import math
+from array import array
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -26,13 +28,21 @@ class LatencyHistogram:
     """HDR histogram of milliseconds stored as integer microseconds, plus exact moments.
 
     ``record_ms`` only appends to a buffer (cheap on the request path); values reach the
-    HDR counts array in vectorised batches (numpy over hdrh's own index formula and its
-    live ``counts`` array). Mergeable exactly with ``merge``.
+    bucket counts in vectorised batches (numpy over hdrh's own index formula). Mergeable
+    exactly with ``merge``.
+
+    Counts are held sparsely (the non-zero bucket indices and their counts) until that
+    would outgrow the dense array, then densely: a dense 1 us..1 h array is 184 KiB, and a
+    run keeps one per metric of every (class, step) view, most of which see few distinct
+    values. ``_hdr`` builds an hdrh histogram with the same counts when one is needed
+    (encoding); percentiles are computed from the counts directly.
     """
 
     __slots__ = (
         "max_us",
-        "_hdr",
+        "_idx",
+        "_cnt",
+        "_dense",
         "_pending",
         "count",
         "sum_us",
@@ -43,13 +53,19 @@ class LatencyHistogram:
 
     def __init__(self, max_us: int = REQUEST_MAX_US) -> None:
         self.max_us = max_us
-        self._hdr = HdrHistogram(1, max_us, SIG_DIGITS)
-        self._pending: list[float] = []
+        self._idx = _NO_IDX  # sorted non-zero bucket indices (while sparse)
+        self._cnt = _NO_CNT  # their counts
+        self._dense: np.ndarray | None = None  # the whole counts array, once denser
+        self._pending = array("d")  # 8 bytes a value (a list of floats takes 32)
         self.count = 0
         self.sum_us = 0
         self.min_us: int | None = None
         self.max_seen_us: int | None = None
         self.clamped = 0
+
+    @property
+    def _shape(self) -> HdrHistogram:
+        return _shape(self.max_us)
 
     def record_ms(self, value_ms: float) -> None:
         self._pending.append(value_ms)
@@ -64,8 +80,8 @@ class LatencyHistogram:
     def _flush(self) -> None:
         if not self._pending:
             return
-        arr = np.asarray(self._pending, dtype=np.float64)
-        self._pending = []
+        arr = np.frombuffer(self._pending, dtype=np.float64)
+        self._pending = array("d")
         arr = arr[np.isfinite(arr)]
         if arr.size == 0:
             return
@@ -79,19 +95,60 @@ class LatencyHistogram:
         lo, hi = int(us.min()), int(us.max())
         self.min_us = lo if self.min_us is None else min(self.min_us, lo)
         self.max_seen_us = hi if self.max_seen_us is None else max(self.max_seen_us, hi)
-        h = self._hdr
-        counts = _counts(h)
-        counts += np.bincount(_hdr_index(h, us), minlength=h.counts_len).astype(counts.dtype)
-        nz = np.flatnonzero(counts)
-        # hdrh's own hook for bulk changes: keeps its total/min/max (used by encode) in step
-        h.set_internal_tacking_values(int(nz[0]), int(nz[-1]), int(counts.sum()))
+        idx, cnt = np.unique(_hdr_index(self._shape, us), return_counts=True)
+        self._add_counts(idx, cnt.astype(np.int64))
+
+    def _add_counts(self, idx: np.ndarray, cnt: np.ndarray) -> None:
+        """Add counts at sorted unique bucket indices."""
+        if idx.size == 0:
+            return
+        if self._dense is not None:
+            self._dense[idx] += cnt
+            return
+        if self._idx.size:
+            both = np.concatenate([self._idx, idx])
+            counts = np.concatenate([self._cnt, cnt])
+            idx, inv = np.unique(both, return_inverse=True)
+            cnt = np.zeros(idx.size, dtype=np.int64)
+            np.add.at(cnt, inv, counts)
+        n_len = self._shape.counts_len
+        if idx.size * 12 >= n_len * 8:  # sparse (4 + 8 bytes a bucket) no longer smaller
+            self._dense = np.zeros(n_len, dtype=np.int64)
+            self._dense[idx] = cnt
+            self._idx, self._cnt = _NO_IDX, _NO_CNT
+        else:
+            self._idx, self._cnt = idx.astype(np.int32), cnt
+
+    def _nonzero(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted bucket indices, counts) of the non-zero buckets."""
+        if self._dense is None:
+            return self._idx, self._cnt
+        nz = np.flatnonzero(self._dense)
+        return nz, self._dense[nz]
+
+    @property
+    def _hdr(self) -> HdrHistogram:
+        """A fresh hdrh histogram holding these counts (for encoding and checks)."""
+        self._flush()
+        h = HdrHistogram(1, self.max_us, SIG_DIGITS)
+        idx, cnt = self._nonzero()
+        if idx.size:
+            _counts(h)[idx] = cnt
+            # hdrh's own hook for bulk changes: keeps its total/min/max (used by encode) in step
+            h.set_internal_tacking_values(int(idx[0]), int(idx[-1]), int(cnt.sum()))
+        return h
 
     def merge(self, other: LatencyHistogram) -> None:
         self._flush()
         other._flush()
         if other.count == 0:
             return
-        self._hdr.add(other._hdr)
+        if other.max_us == self.max_us:
+            self._add_counts(*other._nonzero())
+        else:  # a different range: re-bucket by value, as hdrh's add does
+            h = self._hdr
+            h.add(other._hdr)
+            self._set_from(h)
         self.count += other.count
         self.sum_us += other.sum_us
         self.clamped += other.clamped
@@ -99,19 +156,29 @@ class LatencyHistogram:
             mine, theirs = getattr(self, attr), getattr(other, attr)
             setattr(self, attr, theirs if mine is None else pick(mine, theirs))
 
+    def _set_from(self, h: HdrHistogram) -> None:
+        counts = _counts(h)
+        nz = np.flatnonzero(counts)
+        self._idx, self._cnt, self._dense = _NO_IDX, _NO_CNT, None
+        self._add_counts(nz, counts[nz].astype(np.int64))
+
     def percentiles_ms(self, pcts: Iterable[float]) -> dict[float, float | None]:
         self._flush()
         pcts = list(pcts)
         if self.count == 0:
             return {p: None for p in pcts}
-        h = self._hdr
-        cumulative = np.cumsum(_counts(h))
+        h = self._shape
+        idx, cnt = self._nonzero()
+        cumulative = np.cumsum(cnt)
+        total = int(cumulative[-1])
         lo, hi = self.min_us or 0, self.max_seen_us or 0
         out: dict[float, float | None] = {}
         for p in pcts:
-            # Same rule as hdrh's get_percentile_to_value_dict, without its Python loop.
-            i = int(np.searchsorted(cumulative, h.get_target_count_at_percentile(p)))
-            v = h.get_value_from_index(i)
+            # Same rule as hdrh's get_percentile_to_value_dict, without its Python loop
+            # (zero buckets never end the search, so the non-zero ones suffice).
+            target = max(int(min(p, 100.0) * total / 100 + 0.5), 1)
+            k = min(int(np.searchsorted(cumulative, target)), idx.size - 1)
+            v = h.get_value_from_index(int(idx[k]))
             v = h.get_highest_equivalent_value(v) if p else h.get_lowest_equivalent_value(v)
             out[p] = min(max(v, lo), hi) / 1000.0
         return out
@@ -148,7 +215,9 @@ class LatencyHistogram:
     def from_dict(cls, d: Mapping[str, Any]) -> LatencyHistogram:
         h = cls(int(d["max_us"]))
         if d.get("hdr"):
-            h._hdr.decode_and_add(d["hdr"])
+            tmp = HdrHistogram(1, h.max_us, SIG_DIGITS)
+            tmp.decode_and_add(d["hdr"])
+            h._set_from(tmp)
         h.count, h.sum_us, h.clamped = int(d["count"]), int(d["sum_us"]), int(d["clamped"])
         h.min_us, h.max_seen_us = d["min_us"], d["max_seen_us"]
         return h
@@ -156,14 +225,18 @@ class LatencyHistogram:
     def counts_copy(self) -> np.ndarray:
         """A copy of the HDR counts (subtract two copies for the values recorded in between)."""
         self._flush()
-        return _counts(self._hdr).copy()
+        if self._dense is not None:
+            return self._dense.copy()
+        out = np.zeros(self._shape.counts_len, dtype=np.int64)
+        out[self._idx] = self._cnt
+        return out
 
     def percentile_of_counts_ms(self, counts: np.ndarray, pct: float) -> float | None:
         """A percentile of a counts array from `counts_copy` (differences too); None if empty."""
         total = int(counts.sum())
         if total <= 0:
             return None
-        h = self._hdr
+        h = self._shape
         target = max(1, math.ceil(total * pct / 100.0))
         i = int(np.searchsorted(np.cumsum(counts), target))
         return h.get_highest_equivalent_value(h.get_value_from_index(i)) / 1000.0
@@ -171,9 +244,18 @@ class LatencyHistogram:
     def bucket_counts(self) -> dict[int, int]:
         """Non-zero HDR counts by index (for exactness checks and plots)."""
         self._flush()
-        counts = _counts(self._hdr)
-        nz = np.flatnonzero(counts)
-        return dict(zip(nz.tolist(), counts[nz].tolist(), strict=True))
+        idx, cnt = self._nonzero()
+        return dict(zip(idx.tolist(), cnt.tolist(), strict=True))
+
+
+_NO_IDX = np.zeros(0, dtype=np.int32)
+_NO_CNT = np.zeros(0, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=8)
+def _shape(max_us: int) -> HdrHistogram:
+    """An empty histogram of this range, for its index arithmetic only (never recorded into)."""
+    return HdrHistogram(1, max_us, SIG_DIGITS)
 
 
 def _counts(h: HdrHistogram) -> np.ndarray:

@@ -133,7 +133,8 @@ class MetricsScraper:
     Uses ``threading`` only, so under gevent monkey-patching it runs as a greenlet and
     its blocking socket reads yield. ``start()`` takes a first sample at once and
     ``stop()`` a last one, so counter deltas span the run. Samples are also kept in
-    ``samples`` for ``scrape_summary``.
+    ``samples`` for ``scrape_summary`` unless ``keep=False`` (a run that streams them to
+    its sink: ~20 KiB a sample, every 2 s, would otherwise grow for the whole run).
     """
 
     def __init__(
@@ -145,8 +146,10 @@ class MetricsScraper:
         *,
         timeout_s: float = 5.0,
         wall: Callable[[], float] = time.time,
+        keep: bool = True,
     ) -> None:
         self.base_url = base_url
+        self.keep = keep
         self.interval_s = interval_s
         self.sink = sink
         self._api_key = api_key
@@ -173,7 +176,8 @@ class MetricsScraper:
         return sample
 
     def _emit(self, sample: dict[str, Any]) -> None:
-        self.samples.append(sample)
+        if self.keep:
+            self.samples.append(sample)
         if self.sink is not None:
             try:
                 self.sink(sample)
@@ -195,7 +199,7 @@ class MetricsScraper:
         self._thread.start()
 
     def stop(self, final_sample: bool = True) -> list[dict[str, Any]]:
-        """Stop sampling (taking one last sample) and return all samples."""
+        """Stop sampling (taking one last sample) and return all kept samples."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join(timeout=self.timeout_s + self.interval_s + 1.0)

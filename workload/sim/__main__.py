@@ -129,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     except (_ArgError, ConfigError) as e:
         print(f"agentload sim: error: {e}", file=sys.stderr)
         return 2
+    from workload import memtrace
+
+    memtrace.start_from_env("sim")  # AGENTLOAD_TRACEMALLOC=path (soak diagnostics; off: no-op)
     try:
         import uvloop  # type: ignore[import-not-found]
 

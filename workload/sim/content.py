@@ -21,11 +21,19 @@ is and how often drafts are accepted.
 from __future__ import annotations
 
 import random
+from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import orjson
 
 from workload.plan.tokens import get_tokenizer
+
+# Token ids the segment cache holds at most: ~10 bytes each with the text keys, so ~40 MiB.
+# Agent sessions resend their history every turn; this holds the histories of a few hundred
+# concurrent sessions. (Bounding entries instead let long one-off segments, e.g. 100k-token
+# documents, grow the process by ~10 MiB a minute, towards gigabytes.)
+CACHE_TOKENS = 4_000_000
 
 _WORDS = [
     "the",
@@ -184,10 +192,12 @@ _WORDS = [
 class ContentModel:
     """Tokenizes prompts through the template and writes outputs; caches segment tokens."""
 
-    def __init__(self, cache_size: int = 16384) -> None:
+    def __init__(self, cache_tokens: int = CACHE_TOKENS) -> None:
         self.tok = get_tokenizer("tiktoken:cl100k_base")
-        self._cache: dict[str, tuple[int, ...]] = {}
-        self._cache_size = cache_size
+        # segment text -> its token ids (4 bytes each), least recently used first
+        self._cache: OrderedDict[str, array] = OrderedDict()
+        self._cache_tokens = 0
+        self._cache_limit = cache_tokens
         words = []
         for w in _WORDS:
             ids = self.tok.encode(" " + w)
@@ -195,14 +205,20 @@ class ContentModel:
                 words.append(" " + w)
         self.words: list[str] = words
 
-    def encode(self, text: str) -> tuple[int, ...]:
-        """Token ids of one segment (cached)."""
-        ids = self._cache.get(text)
-        if ids is None:
-            if len(self._cache) >= self._cache_size:
-                self._cache.clear()
-            ids = tuple(self.tok.encode(text))
-            self._cache[text] = ids
+    def encode(self, text: str) -> Sequence[int]:
+        """Token ids of one segment (cached, LRU, at most ``cache_tokens`` ids in all)."""
+        cache = self._cache
+        ids = cache.get(text)
+        if ids is not None:
+            cache.move_to_end(text)
+            return ids
+        ids = array("I", self.tok.encode(text))
+        if len(ids) <= self._cache_limit:
+            cache[text] = ids
+            self._cache_tokens += len(ids)
+            while self._cache_tokens > self._cache_limit:
+                _, old = cache.popitem(last=False)
+                self._cache_tokens -= len(old)
         return ids
 
     def chat_prompt(
