@@ -271,3 +271,14 @@ def test_require_slo_samples_is_a_run_option():
     assert not resolve_run(["--profile", CHAT]).require_slo_samples
     spec = resolve_run(["--profile", CHAT, "--require-slo-samples"])
     assert spec.require_slo_samples and RunSpec.from_json(spec.to_json()).require_slo_samples
+
+
+def test_url_credentials_never_echoed_or_written():
+    from workload.run.finalize import _redacted_target
+    from workload.run.spec import check_host
+
+    with pytest.raises(UsageError) as e:
+        check_host("ftp://user:hunter2@127.0.0.1:8000")
+    assert "hunter2" not in str(e.value) and "***@" in str(e.value)
+    red = _redacted_target({"url": "http://user:hunter2@127.0.0.1:8000", "model": "m"})
+    assert red == {"url": "http://***@127.0.0.1:8000", "model": "m"}

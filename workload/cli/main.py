@@ -17,6 +17,7 @@ from workload.errors import (
     UsageError,
 )
 from workload.measure import artifacts
+from workload.observe.safe import redact_url
 from workload.run.spec import (
     ArgParser,
     RunSpec,
@@ -85,14 +86,14 @@ def preflight(spec: RunSpec) -> None:
         took = time.monotonic() - started
         if took >= timeout_s * 0.9:
             raise UsageError(
-                f"{spec.host}/v1/models did not answer within {timeout_s:g}s "
+                f"{redact_url(spec.host)}/v1/models did not answer within {timeout_s:g}s "
                 f"(the run is {spec.duration_s:g}s): is the target overloaded or --host wrong?"
             ) from None
         raise UsageError(str(e)) from None
     took = time.monotonic() - started
     if took > spec.duration_s:
         raise UsageError(
-            f"{spec.host}/v1/models took {took:.1f}s, longer than the run ({spec.duration_s:g}s): "
+            f"{redact_url(spec.host)}/v1/models took {took:.1f}s, longer than the run ({spec.duration_s:g}s): "
             "use a longer --duration or check the target"
         )
     if spec.trace:

@@ -16,6 +16,7 @@ from workload.locust import arrivals, health, stopping, warmup, webui
 from workload.locust import options as options_mod
 from workload.locust.runtime import MSG_TRACE_DONE, MSG_USER_DONE, AgentRuntime
 from workload.measure import artifacts
+from workload.observe.safe import redact_url, sanitize
 
 log = logging.getLogger("agentload")
 
@@ -122,8 +123,9 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
             Path(rt.out_dir).mkdir(parents=True, exist_ok=True)
             rt.start_observers()
             print(
-                f"agentload: run {rt.run_id} -> {rt.out_dir}  target {rt.target.get('url')} "
-                f"model {rt.model}  profile {rt.profile.name}  seed {rt.seed}",
+                f"agentload: run {rt.run_id} -> {rt.out_dir}  "
+                f"target {redact_url(str(rt.target.get('url')))} model {sanitize(rt.model)}  "
+                f"profile {rt.profile.name}  seed {rt.seed}",
                 flush=True,
             )
             if getattr(opts, "headless", False) and rt.spec.progress_interval > 0:

@@ -124,7 +124,7 @@ def finalize_run(spec: Any, m: Measured) -> int:
         "profile": spec.profile.model_dump(mode="json"),
         "seed": spec.seed,
         "labels": spec.labels,
-        "target": m.target,
+        "target": _redacted_target(m.target),
         "model": spec.model,
         "tokenizer": spec.tokenizer,
         "workers": spec.workers,
@@ -262,3 +262,11 @@ def _spec_line(check: dict[str, Any]) -> str:
         f"server /metrics delta {n(acc['server'])} / {n(dr['server'])} "
         f"(difference {n(acc['difference'])} / {n(dr['difference'])})"
     )
+
+
+def _redacted_target(target: dict[str, Any]) -> dict[str, Any]:
+    """The target as run.json keeps it: never a user:password@ from the URL."""
+    from workload.observe.safe import redact_url
+
+    url = target.get("url") if isinstance(target, dict) else None
+    return {**target, "url": redact_url(url)} if isinstance(url, str) else target

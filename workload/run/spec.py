@@ -68,7 +68,11 @@ def check_host(url: str) -> str:
     """A base URL such as http://127.0.0.1:8000, without a trailing slash."""
     p = urlparse(url)
     if p.scheme not in ("http", "https") or not p.hostname:
-        raise UsageError(f"bad --host {url!r}: use a base URL such as http://127.0.0.1:8000")
+        from workload.observe.safe import redact_url
+
+        raise UsageError(
+            f"bad --host {redact_url(url)!r}: use a base URL such as http://127.0.0.1:8000"
+        )
     return url.rstrip("/")
 
 
