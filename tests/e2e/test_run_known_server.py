@@ -28,7 +28,7 @@ def test_run_records_every_request_with_content_ttft(tmp_path: Path) -> None:
             "--users",
             "3",
             "--duration",
-            "4s",
+            "8s",
             "--out",
             str(out),
             "--scrape-interval",
@@ -50,11 +50,14 @@ def test_run_records_every_request_with_content_ttft(tmp_path: Path) -> None:
         assert r["cached_tokens"] == 32
         assert r["spec_decode"] == SPEC
         assert r["response_id"] == f"chatcmpl-{r['request_id']}"
-        assert r["itl_ms"] is not None and r["itl_ms"]["max"] >= 5
+        assert r["itl_ms"] is not None
+    # The server spaces content 10 ms apart; a loaded machine may read several chunks in one
+    # read (they then share that read's stamp), so the gaps show on some requests, not all.
+    assert max(r["itl_ms"]["max"] for r in done) >= 5
     run = json.loads((out / "run.json").read_text())
     assert run["exit_code"] == 0
     assert run["target"]["model"] == "known-model"
-    health = run["generator_health"]  # sampled every 2 s over a 4 s run
+    health = run["generator_health"]  # sampled every 2 s over an 8 s run
     assert health["samples"] >= 1 and health["cpu_threshold"] > 0
     assert set(health) >= {"cpu_max", "cpu_mean", "crossed", "loop_lag_ms_max"}
     assert (out / "sessions.jsonl").exists()
