@@ -46,7 +46,9 @@ def run_child(cmd: list[str], out: str | Path) -> int:
         code = _wait(proc, received)
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # After a stop signal the run is over: a late press (the second Ctrl-C arriving
+            # while the simulator shuts down) must not turn the exit code into a traceback.
+            signal.signal(sig, signal.SIG_IGN if received else handler)
         _kill_group(proc.pid)  # forked workers that outlived their master, if any
     if code >= 0:
         return code
