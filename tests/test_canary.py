@@ -57,22 +57,68 @@ def test_run_command_shape(tmp_path):
     assert cmd[-4:] == ["--profile", "mixed", "--server-log", "vllm.log"]
 
 
-def test_simultaneous_same_traffic_passes(tmp_path, capsys):
+def test_default_design_is_five_simultaneous_blocks(tmp_path, capsys):
+    """Default: 5 blocks per side, both sides' block i at once, seed S+i, one run length each."""
     fake = FakeLauncher()
     code = run_canary(BASE, CAND, ["--duration", "30s", "--seed", "7"], tmp_path, launch=fake)
     assert code == 0
-    assert len(fake.calls) == 2
-    assert all("--seed" in c and c[c.index("--seed") + 1] == "7" for c in fake.calls)
+    seeds = [c[c.index("--seed") + 1] for c in fake.calls]
+    assert seeds == ["7", "7", "8", "8", "9", "9", "10", "10", "11", "11"]
+    assert all(c[c.index("--duration") + 1] == "30s" for c in fake.calls)
+    assert (tmp_path / "candidate" / "block-4" / "run.json").exists()
     d = json.loads((tmp_path / "comparison.json").read_text())
     assert d["verdict"] == "no detectable change" and d["canary"]["mode"] == "simultaneous"
+    assert d["blocks"] == 5
+    out = capsys.readouterr().out
+    assert "simultaneous, 5 blocks x 30 s per side (about 2.5 min of traffic)" in out
+    assert "VERDICT: NO DETECTABLE CHANGE" in out
+
+
+def test_single_block_is_one_run_per_side(tmp_path, capsys):
+    fake = FakeLauncher()
+    code = run_canary(
+        BASE, CAND, ["--duration", "30s", "--seed", "7"], tmp_path, blocks=1, launch=fake
+    )
+    assert code == 0
+    assert len(fake.calls) == 2
+    assert all("--seed" in c and c[c.index("--seed") + 1] == "7" for c in fake.calls)
+    assert (tmp_path / "baseline" / "run.json").exists()
     assert (tmp_path / "compare.html").exists()
     assert "VERDICT: NO DETECTABLE CHANGE" in capsys.readouterr().out
+
+
+def test_sequential_blocks_run_one_side_then_the_other(tmp_path):
+    fake = FakeLauncher()
+    run_canary(
+        BASE, CAND, ["--duration", "20s", "--seed", "3"], tmp_path, mode="sequential",
+        blocks=4, block_s=12, launch=fake,
+    )  # fmt: skip
+    order = "".join("A" if c[c.index("--host") + 1] == BASE else "B" for c in fake.calls)
+    assert order == "AAAABBBB"
+    assert all(c[c.index("--duration") + 1] == "12s" for c in fake.calls)
+
+
+@pytest.mark.parametrize(
+    "blocks, block_s, mode, msg",
+    [
+        (0, None, "simultaneous", "--blocks must be at least 1"),
+        (1, None, "interleaved", "at least 2 blocks"),
+        (4, 0.5, "simultaneous", "--block-s must be at least 1 s"),
+    ],
+)
+def test_bad_design_is_refused(tmp_path, blocks, block_s, mode, msg):
+    with pytest.raises(CanaryError, match=msg):
+        run_canary(
+            BASE, CAND, ["--duration", "20s"], tmp_path, mode=mode, blocks=blocks,
+            block_s=block_s, launch=FakeLauncher(),
+        )  # fmt: skip
 
 
 def test_regression_exits_3(tmp_path):
     assert (
         run_canary(
-            BASE, CAND, ["--duration", "30s"], tmp_path, mode="sequential", launch=FakeLauncher(1.3)
+            BASE, CAND, ["--duration", "30s"], tmp_path, mode="sequential", blocks=1,
+            launch=FakeLauncher(1.3),
         )
         == 3
     )
@@ -95,7 +141,7 @@ def test_interleaved_abba_blocks_with_fresh_seeds(tmp_path):
     seeds = [c[c.index("--seed") + 1] for c in fake.calls]
     assert seeds == ["5", "5", "6", "6", "7", "7", "8", "8"]
     assert all(
-        c.count("--duration") == 1 and c[c.index("--duration") + 1] == "10s" for c in fake.calls
+        c.count("--duration") == 1 and c[c.index("--duration") + 1] == "40s" for c in fake.calls
     )
     assert (tmp_path / "baseline" / "block-3" / "run.json").exists()
 

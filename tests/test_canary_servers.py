@@ -33,7 +33,10 @@ PY = shlex.quote(sys.executable)
 SIM = f"{PY} -m workload.sim --port {{port}} --preset fast"
 EXIT_AT_ONCE = f"{PY} -c 'import sys; sys.exit(1)' {{port}}"
 NEVER_READY = "sleep 600 {port}"
-TRAFFIC = ["--profile", CHAT, "--users", "2", "--duration", "6s", "--sessions-per-user", "1"]
+TRAFFIC = [
+    "--profile", CHAT, "--users", "2", "--duration", "6s", "--sessions-per-user", "1",
+    "--blocks", "1",
+]  # fmt: skip
 
 
 def _ts(s: str) -> float:
@@ -238,7 +241,7 @@ def _starts(tmp_path: Path, restart: bool) -> tuple[list[dict], Path]:
     specs = {s: ServerSpec(s, ("sleep", "600", "{port}")) for s in ("baseline", "candidate")}
     out = tmp_path / ("restart" if restart else "keep")
     code = run_canary(
-        None, None, ["--duration", "40s", "--seed", "5"], out, mode="interleaved", blocks=4,
+        None, None, ["--duration", "10s", "--seed", "5"], out, mode="interleaved", blocks=4,
         launch=FakeLauncher(), servers=specs, restart_per_block=restart, html=False,
         probe=lambda url: "/health",
     )  # fmt: skip

@@ -4,18 +4,21 @@ Each side is an ordinary `agentload run` child process (so a canary side is
 exactly what a CI run records), writing under OUT/baseline and OUT/candidate;
 the comparison goes to OUT/comparison.json and OUT/compare.html.
 
-Modes:
+A canary is N paired **blocks** per side (`--blocks`, default 5): each block is one
+`agentload run` of the traffic (`--block-s`, default the run's duration), with seed S+i
+on both sides (fresh sessions per block, paired across sides), written to
+OUT/<side>/block-i and merged by `compare` (session ids prefixed by block). The
+spread between blocks is the between-instance error model (workload.analyze.blocks).
+`--blocks 1` is a single run per side, written to OUT/<side>.
 
-* ``simultaneous`` (default): both runs at once. Same sessions, same timing,
-  same moment — drifts in the load generator's host hit both sides alike.
-* ``sequential``: baseline, then candidate. For two deployments that cannot
-  run side by side (one GPU); time-of-day drift lands in the difference.
-* ``interleaved``: the run is cut into N blocks per side, alternated in
-  the order AB BA BA AB (repeating), so linear and quadratic drift over
-  time cancel out between the sides. Block i uses
-  seed S+i on both sides (fresh sessions per block, paired across sides);
-  blocks land in OUT/baseline/block-i and are merged by `compare` (session ids
-  prefixed by block).
+Modes (how the blocks are scheduled):
+
+* ``simultaneous`` (default): both sides' block i at once. Same sessions, same
+  timing, same moment — drifts in the load generator's host hit both sides alike.
+* ``sequential``: every baseline block, then every candidate block. For two
+  deployments that cannot run side by side (one GPU); drift lands in the difference.
+* ``interleaved``: blocks alternate in the order AB BA BA AB (repeating), so
+  linear and quadratic drift over time cancel out between the sides.
 
 With `--baseline-cmd` / `--candidate-cmd` (or `--servers FILE.yaml`) the canary
 starts each side's server itself (workload.run.servers): it waits until the
@@ -66,6 +69,10 @@ from workload.run.spec import (
 )
 
 MODES = ("simultaneous", "sequential", "interleaved")
+# The default design: 5 blocks per side, each one run of the profile's length (mixed: 60 s,
+# so 5 minutes side by side, 10 minutes alternating on one GPU). Measured in
+# docs/canary-verdict-quality.md; 5 blocks give the between-instance t-interval 4 df.
+DEFAULT_BLOCKS = 5
 SIDES = ("baseline", "candidate")
 
 # A run that never ends is a bug somewhere; give up after its duration plus this.
@@ -176,6 +183,26 @@ def _run_sides(
     return codes
 
 
+def design(
+    duration_s: float, mode: str, blocks: int, block_s: float | None
+) -> tuple[int, float]:
+    """(blocks per side, seconds per block) of a canary.
+
+    A block is one paired run of the traffic: `block_s`, else the run's duration (the
+    profile's, or --duration). Each block uses its own seed (fresh sessions, paired across
+    sides), so blocks are independent trajectories of both servers; with >= MIN_BLOCKS of
+    them the tails, throughput and work done gate on the spread between blocks.
+    """
+    if blocks < 1:
+        raise CanaryError(f"--blocks must be at least 1, got {blocks}")
+    if mode == "interleaved" and blocks < 2:
+        raise CanaryError("interleaved mode needs at least 2 blocks per side")
+    bs = float(block_s) if block_s else float(duration_s)
+    if not bs >= 1.0:
+        raise CanaryError(f"--block-s must be at least 1 s, got {bs:g}")
+    return blocks, bs
+
+
 def run_canary(
     baseline_url: str | None,
     candidate_url: str | None,
@@ -186,7 +213,7 @@ def run_canary(
     thresholds: dict | None = None,
     server_logs: tuple[str | None, str | None] = (None, None),
     *,
-    blocks: int = 4,
+    blocks: int = DEFAULT_BLOCKS,
     confidence: float | None = None,
     n_boot: int = 1000,
     html: bool = True,
@@ -232,23 +259,36 @@ def run_canary(
             out,
         )
 
-    if mode == "interleaved":
-        if blocks < 2:
-            raise CanaryError("interleaved mode needs at least 2 blocks per side")
-        bs = float(block_s) if block_s else plan["duration_s"] / blocks
-        n = blocks if not block_s else max(2, round(plan["duration_s"] / bs))
-        base = _strip_opts(run_args, ("--duration", "--seed"))
-        groups = []
-        for i in range(n):
-            args = [*base, "--duration", f"{bs:g}s", "--seed", str(plan["seed"] + i)]
-            order = SIDES if i % 4 in (0, 3) else SIDES[::-1]  # AB BA BA AB: drift cancels
-            for side in order:
-                groups.append([job(side, out_dir / side / f"block-{i}", args)])
-        timeout = bs + GRACE_S
-    elif mode == "sequential":
-        groups = [[job(s, out_dir / s, run_args)] for s in SIDES]
+    n, bs = design(plan["duration_s"], mode, blocks, block_s)
+    if n == 1:
+        groups = (
+            [[job(s, out_dir / s, run_args)] for s in SIDES]
+            if mode == "sequential"
+            else [[job(s, out_dir / s, run_args) for s in SIDES]]
+        )
     else:
-        groups = [[job(s, out_dir / s, run_args) for s in SIDES]]
+        base = _strip_opts(run_args, ("--duration", "--seed"))
+
+        def block_job(side: str, i: int) -> Job:
+            args = [*base, "--duration", f"{bs:g}s", "--seed", str(plan["seed"] + i)]
+            return job(side, out_dir / side / f"block-{i}", args)
+
+        if mode == "simultaneous":
+            groups = [[block_job(s, i) for s in SIDES] for i in range(n)]
+        elif mode == "sequential":
+            groups = [[block_job(s, i)] for s in SIDES for i in range(n)]
+        else:
+            groups = []
+            for i in range(n):
+                order = SIDES if i % 4 in (0, 3) else SIDES[::-1]  # AB BA BA AB: drift cancels
+                groups += [[block_job(side, i)] for side in order]
+        timeout = bs + GRACE_S
+    sides_at_once = 2 if mode == "simultaneous" else 1
+    print(
+        f"agentload canary: {mode}, {n} block{'s' if n > 1 else ''} x {bs:g} s per side "
+        f"(about {n * bs * 2 / sides_at_once / 60:.1f} min of traffic)",
+        flush=True,
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     startups: list[tuple[Path, dict[str, Any]]] = []
 
@@ -376,10 +416,15 @@ def canary_argparser(prog: str = "agentload canary") -> argparse.ArgumentParser:
     p.add_argument(
         "--mode", choices=MODES, default="simultaneous", help="how the two runs are scheduled"
     )
-    p.add_argument("--blocks", type=int, default=4, help="interleaved: blocks per side (default 4)")
     p.add_argument(
-        "--block-s", type=float, default=None, help="interleaved: block length in seconds"
-    )
+        "--blocks", type=int, default=DEFAULT_BLOCKS,
+        help=f"paired runs (blocks) per side, each with its own seed (default {DEFAULT_BLOCKS}; "
+        "with >= 4 the tails, throughput and work done gate; 1: a single run)",
+    )  # fmt: skip
+    p.add_argument(
+        "--block-s", type=float, default=None,
+        help="seconds per block (default: the run's duration, the profile's or --duration)",
+    )  # fmt: skip
     p.add_argument("--baseline-log", default=None, help="baseline server log to fingerprint")
     p.add_argument("--candidate-log", default=None, help="candidate server log to fingerprint")
     p.add_argument("--no-html", action="store_true", help="skip compare.html")
