@@ -50,17 +50,48 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, c - h), min(1.0, c + h))
 
 
+# Regression scenarios (issue 12's list): simulator settings / preset of the candidate, and
+# run arguments both sides get. "upgrade" is the 0.28-v1 -> 0.29-v2 default change itself
+# (larger KV pool, less overhead, better drafts, no drafts for structured outputs).
+SCENARIOS: dict[str, dict] = {
+    "ttft10": {"sets": ["ttft_scale=1.10"]},
+    "kv-half": {"sets": ["num_gpu_blocks=5632"]},  # vllm-0.28-v1 has 11264
+    "spec-half": {"sets": ["spec_accept_base=0.25"]},  # vllm-0.28-v1 has 0.50
+    "structured-fallback": {"sets": ["spec_fallback_structured=true"]},
+    "upgrade": {"preset": "vllm-0.29-v2"},
+    "malformed5": {"sets": ["malformed_tool_rate=0.05"], "run_args": ["--set", "history=actual"]},
+}
+
+
+def scenario_of(args: argparse.Namespace, i: int) -> tuple[str, dict]:
+    """The regression scenario of trial i (cycled through --scenarios; else --scale/--candidate-preset)."""
+    if args.scenarios:
+        names = args.scenarios.split(",")
+        name = names[i % len(names)]
+        return name, SCENARIOS[name]
+    sc = {"sets": [f"ttft_scale={args.scale}"]}
+    if args.candidate_preset:
+        sc["preset"] = args.candidate_preset
+    return "custom", sc
+
+
 def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
-    """One A/A and one regression comparison from three simultaneous runs.
+    """One A/A and one regression comparison from three simultaneous runs (or block series).
 
-    Three simulators (baseline, a same-preset twin, and the candidate with
-    `ttft_scale`), three `agentload run` children started together with the same
-    seeded traffic. baseline vs twin is the A/A trial, baseline vs candidate the
-    regression trial: both are measured the same way, under the same host load.
+    Three simulators (baseline, a same-preset twin, and the candidate of the trial's
+    scenario), three `agentload run` children started together with the same seeded
+    traffic; with --blocks N > 1 that is repeated N times with seeds S+i (the canary's
+    default design: block i of every side at once). baseline vs twin is the A/A trial,
+    baseline vs candidate the regression trial: both are measured the same way, under the
+    same host load.
     """
-    from workload.run.canary import _launch, _run_sides, run_command, traffic_plan
+    from workload.run.canary import _launch, _run_sides, _strip_opts, run_command, traffic_plan
 
-    run_args = ["--profile", args.profile, "--seed", str(args.seed + i), *args.run_arg]
+    name, sc = scenario_of(args, i)
+    run_args = [
+        "--profile", args.profile, "--seed", str(args.seed + 10 * i), *sc.get("run_args", []),
+        *args.run_arg,
+    ]  # fmt: skip
     if args.duration:
         run_args += ["--duration", args.duration]
     plan = traffic_plan(run_args)
@@ -71,27 +102,60 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
         "baseline": SimProcess(preset=args.preset, seed=sd[0]),
         "twin": SimProcess(preset=args.preset, seed=sd[1]),
         "candidate": SimProcess(
-            preset=args.candidate_preset or args.preset,
-            seed=sd[2],
-            sets=[f"ttft_scale={args.scale}"],
-        ),  # fmt: skip
+            preset=sc.get("preset") or args.preset, seed=sd[2], sets=list(sc.get("sets", []))
+        ),
     }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.json").write_text(json.dumps({"name": name, **sc}))
     t0 = time.time()
     try:
         for sp in sims.values():
             sp.start()
-        group = [
-            (n, run_command(sp.url, out / n, run_args), out / f"{n}.log") for n, sp in sims.items()
-        ]
-        out.mkdir(parents=True, exist_ok=True)
-        codes = _run_sides([group], plan["duration_s"] + 300.0, _launch)
+        if args.blocks <= 1:
+            groups = [
+                [
+                    (n, run_command(sp.url, out / n, run_args), out / f"{n}.log")
+                    for n, sp in sims.items()
+                ]
+            ]
+        else:
+            base = _strip_opts(run_args, ("--duration", "--seed"))
+            groups = [
+                [
+                    (
+                        f"{n} block-{b}",
+                        run_command(
+                            sp.url, out / n / f"block-{b}",
+                            [*base, "--duration", f"{plan['duration_s']:g}s", "--seed", str(plan["seed"] + b)],
+                        ),
+                        out / n / f"block-{b}.log",
+                    )
+                    for n, sp in sims.items()
+                ]
+                for b in range(args.blocks)
+            ]  # fmt: skip
+        codes = _run_sides(groups, plan["duration_s"] + 300.0, _launch)
     finally:
         for sp in sims.values():
             sp.stop()
     wall = time.time() - t0
     return [
-        {"kind": "aa", "i": i, "exit": codes, "wall_s": wall, **judge(out, "twin")},
-        {"kind": "regression", "i": i, "exit": codes, "wall_s": wall, **judge(out)},
+        {
+            "kind": "aa",
+            "i": i,
+            "scenario": name,
+            "exit": codes,
+            "wall_s": wall,
+            **judge(out, "twin"),
+        },
+        {
+            "kind": "regression",
+            "i": i,
+            "scenario": name,
+            "exit": codes,
+            "wall_s": wall,
+            **judge(out),
+        },
     ]
 
 
@@ -134,6 +198,19 @@ def judge(out: Path, other: str = "candidate") -> dict:
             s: {"change": m.change, "se": m.se, "verdict": m.verdict} for s, m in ttft.items()
         },
         "duration_s": cmp.run_a.duration_s,
+        "blocks": cmp.blocks,
+        "gated_rows": [
+            {
+                "scope": m.scope,
+                "metric": m.metric,
+                "change": m.change,
+                "ci": list(m.ci) if m.ci else None,
+                "threshold": m.threshold,
+                "verdict": m.verdict,
+                "method": m.method,
+            }
+            for m in cmp.rows(gated=True)
+        ],  # fmt: skip
         "ttft_shift": (
             {"change": shift.change, "se": shift.se, "verdict": shift.verdict, "gated": shift.gated}
             if shift is not None
@@ -146,7 +223,24 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
     aa = [r for r in results if r["kind"] == "aa"]
     rg = [r for r in results if r["kind"] == "regression"]
     lines = []
+    by_sc: dict[str, list[dict]] = {}
+    for r in rg:
+        by_sc.setdefault(r.get("scenario", "custom"), []).append(r)
+    for name, rs in sorted(by_sc.items()):
+        k = sum(r["verdict"] in FAILS for r in rs)
+        lo, hi = wilson(k, len(rs))
+        lines.append(
+            f"scenario {name}: detected (worse or mixed, exit 3) {k}/{len(rs)} "
+            f"(Wilson 95 % {lo:.0%}-{hi:.0%}); verdicts {', '.join(r['verdict'] for r in rs)}"
+        )
+        for r in rs:
+            if r["flags"]:
+                lines.append(f"  trial {r['i']}: {', '.join(r['flags'])}")
     if aa:
+        verdicts: dict[str, int] = {}
+        for r in aa:
+            verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+        lines.append(f"A/A verdicts: {verdicts}")
         k = sum(r["verdict"] == VERDICT_SAME for r in aa)
         lo, hi = wilson(k, len(aa))
         lines.append(
@@ -308,7 +402,14 @@ def main(argv: list[str] | None = None) -> int:
         help="regression candidate's simulator preset, e.g. vllm-0.29-v2 for the upgrade "
         "trade-off (with --scale 1.0); default: --preset",
     )
-    p.add_argument("--blocks", type=int, default=4, help="interleaved mode: blocks per side")
+    p.add_argument(
+        "--blocks", type=int, default=5,
+        help="blocks per side, each one run of --duration (the canary's default design: 5)",
+    )  # fmt: skip
+    p.add_argument(
+        "--scenarios", default="",
+        help=f"triple: regression scenarios cycled over trials, from {','.join(SCENARIOS)}",
+    )  # fmt: skip
     p.add_argument(
         "--mode", default="simultaneous", choices=("simultaneous", "sequential", "interleaved")
     )
@@ -346,8 +447,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             kind, _, i = d.name.partition("trial-")
             if (d / "twin").exists():
-                results.append({"kind": "aa", "i": int(i), **judge(d, "twin")})
-                results.append({"kind": "regression", "i": int(i), **judge(d)})
+                sc = d / "scenario.json"
+                name = json.loads(sc.read_text())["name"] if sc.exists() else "custom"
+                results.append({"kind": "aa", "i": int(i), "scenario": name, **judge(d, "twin")})
+                results.append({"kind": "regression", "i": int(i), "scenario": name, **judge(d)})
             else:
                 results.append({"kind": kind.rstrip("-"), "i": int(i), **judge(d)})
     else:
@@ -356,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in trial_triple(args.out / f"trial-{i:03d}", i, args):
                     results.append(r)
                     print(
-                        f"[{r['kind']} {i}] {r['verdict']} flags {r['flags']} ttft_p95 "
+                        f"[{r['kind']} {i} {r['scenario']}] {r['verdict']} flags {r['flags']} ttft_p95 "
                         f"{json.dumps({s: round(v['change'] or 0, 4) for s, v in r['ttft_p95'].items()})} "
                         f"({r['wall_s']:.0f} s)",
                         flush=True,

@@ -4,7 +4,9 @@
 * bootstrap weights drawn in row chunks are the one big draw they replace;
 * a comparison of a small pair with everything in it (paired sessions, blocks, tool calls,
   spec decode, goodput, cancelled rows, unpaired sessions) matches a golden file written
-  by the row-dict implementation this replaced (tests/fixtures/compare_golden.json).
+  by the row-dict implementation this replaced (tests/fixtures/compare_golden.json). When
+  the equivalence rule ("inconclusive") landed, only the verdict fields were rewritten:
+  every value, standard error and interval is still the row-dict implementation's.
 """
 
 from __future__ import annotations

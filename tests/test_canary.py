@@ -117,7 +117,12 @@ def test_bad_design_is_refused(tmp_path, blocks, block_s, mode, msg):
 def test_regression_exits_3(tmp_path):
     assert (
         run_canary(
-            BASE, CAND, ["--duration", "30s"], tmp_path, mode="sequential", blocks=1,
+            BASE,
+            CAND,
+            ["--duration", "30s"],
+            tmp_path,
+            mode="sequential",
+            blocks=1,
             launch=FakeLauncher(1.3),
         )
         == 3

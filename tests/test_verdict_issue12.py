@@ -7,7 +7,12 @@ import json
 import orjson
 
 from tests.builders import ClassSpec, write_run
-from workload.analyze.catalogue import VERDICT_MIXED, VERDICT_SAME, VERDICT_WORSE
+from workload.analyze.catalogue import (
+    VERDICT_INCONCLUSIVE,
+    VERDICT_MIXED,
+    VERDICT_SAME,
+    VERDICT_WORSE,
+)
 from workload.analyze.verdict import compare_runs
 from workload.cli.compare import main_compare
 
@@ -47,7 +52,11 @@ def test_blocks_see_instance_divergence_that_the_bootstrap_does_not(tmp_path):
     b = _blocks(tmp_path / "b", [1.25, 0.8, 1.2, 0.82], 20)
     cmp = compare_runs(a, b)
     p95 = _row(cmp, "overall", "ttft_p95")
-    assert p95.gated and p95.method == "blocks" and p95.verdict == VERDICT_SAME
+    # Not worse: the instances disagree around no change. Not "no change" either: an
+    # interval that wide still admits a 10 % regression, so the verdict is inconclusive.
+    assert p95.gated and p95.method == "blocks" and p95.verdict == VERDICT_INCONCLUSIVE
+    assert p95.eq_bound > 0.10 and p95.settle_factor > 1
+    assert cmp.verdict == VERDICT_INCONCLUSIVE and cmp.exit_code == 4
     # A single one of those blocks, judged by the session bootstrap, looks like a regression.
     one = compare_runs(a / "block-0", b / "block-0", {"ttft_p95": 10})
     assert _row(one, "overall", "ttft_p95").verdict == VERDICT_WORSE
@@ -90,7 +99,11 @@ def test_exact_test_a_a_small_sample_is_same(tmp_path):
     a = write_run(tmp_path / "a", classes=cls, tool_loop_failures=0.1)
     b = write_run(tmp_path / "b", classes=cls, noise_seed=3, tool_loop_failures=0.1)
     cmp = compare_runs(a, b)
-    assert _row(cmp, "overall", "tool_loop_failure_ratio").verdict == VERDICT_SAME
+    row = _row(cmp, "overall", "tool_loop_failure_ratio")
+    # 10 % failures on both sides of 26 sessions: nothing is worse, and nothing excludes a
+    # 10-point rise either (Clopper-Pearson at n = 26 is about +-15 points wide).
+    assert row.verdict == VERDICT_INCONCLUSIVE and row.eq_bound > row.threshold
+    assert cmp.verdict == VERDICT_INCONCLUSIVE and cmp.settle["factor"] > 1
 
 
 def _patch_profile(run_dir, **fields):
@@ -152,3 +165,79 @@ def test_where_names_the_tool_calling_slice(tmp_path):
     assert main_compare([str(a), str(b), "--html", str(html)]) == 3
     page = html.read_text()
     assert 'id="headline"' in page and "tool-calling steps" in page
+
+
+# ---- item 8: "inconclusive" is a verdict (equivalence) ----------------------------------
+
+
+def test_wide_interval_is_inconclusive_with_exit_4_and_says_how_much_more(tmp_path, capsys):
+    # Same server, noisy requests, 100 sessions: the TTFT shift interval still admits +10 %.
+    cl = {"agent": ClassSpec(sessions=100, steps=3)}
+    a = write_run(tmp_path / "a", classes=cl, noise_seed=1, noise_sigma=0.6)
+    b = write_run(tmp_path / "b", classes=cl, noise_seed=2, noise_sigma=0.6)
+    cmp = compare_runs(a, b)
+    row = _row(cmp, "overall", "ttft_shift")
+    assert row.verdict == VERDICT_INCONCLUSIVE and row.eq_bound >= 0.10
+    assert row.ci[0] < 0  # not a regression either
+    assert cmp.verdict == VERDICT_INCONCLUSIVE and cmp.exit_code == 4
+    f = cmp.settle["factor"]
+    assert 1 < f < 25 and cmp.settle["metrics"] == ["overall ttft_shift"]
+    assert f"about {f:.1f}x this traffic" in cmp.settle["line"]
+    assert main_compare([str(a), str(b)]) == 4
+    out = capsys.readouterr().out
+    assert out.startswith("VERDICT: INCONCLUSIVE (exit 4)")
+    assert "Could still hide a threshold-sized regression: overall TTFT shift" in out
+    assert "To settle it: run about" in out
+    d = json.loads(json.dumps(cmp.to_dict()))
+    assert d["exit_code"] == 4 and d["settle"]["factor"] == f
+
+
+def test_settle_factor_is_what_settles_it(tmp_path):
+    """Running the suggested multiple of the traffic (same noise) settles the TTFT shift."""
+    cl = {"agent": ClassSpec(sessions=100, steps=3)}
+    a = write_run(tmp_path / "a", classes=cl, noise_seed=1, noise_sigma=0.6)
+    b = write_run(tmp_path / "b", classes=cl, noise_seed=2, noise_sigma=0.6)
+    f = compare_runs(a, b).settle["factor"]
+    n = int(100 * f * 1.3) + 1  # a margin: the point estimate moves with new data
+    big = {"agent": ClassSpec(sessions=n, steps=3)}
+    a2 = write_run(tmp_path / "a2", classes=big, noise_seed=1, noise_sigma=0.6)
+    b2 = write_run(tmp_path / "b2", classes=big, noise_seed=2, noise_sigma=0.6)
+    cmp = compare_runs(a2, b2)
+    assert _row(cmp, "overall", "ttft_shift").verdict == VERDICT_SAME
+    assert cmp.verdict == VERDICT_SAME and cmp.exit_code == 0
+
+
+def test_no_detectable_change_means_every_gated_interval_excludes_the_threshold(tmp_path, capsys):
+    a = write_run(tmp_path / "a", classes=_one_class(120))
+    b = write_run(tmp_path / "b", classes=_one_class(120), noise_seed=2)
+    cmp = compare_runs(a, b)
+    assert cmp.verdict == VERDICT_SAME and cmp.settle is None
+    for m in cmp.rows(gated=True):
+        if m.eq_bound is not None:
+            worse = m.eq_bound if m.higher_is_worse else -m.eq_bound
+            assert worse < m.threshold, (m.scope, m.metric)
+    assert main_compare([str(a), str(b)]) == 0
+    assert "each interval excludes a regression of its threshold" in capsys.readouterr().out
+
+
+def test_a_small_class_flags_worse_but_does_not_hold_the_verdict(tmp_path):
+    # 150 interactive sessions settle; 12 background sessions cannot rule out 5 points
+    # whatever they show: judged only for getting worse, and the warning says so.
+    cl = {
+        "interactive": ClassSpec(sessions=150, steps=4),
+        "background": ClassSpec(sessions=12, steps=2),
+    }
+    a = write_run(tmp_path / "a", classes=cl)
+    b = write_run(tmp_path / "b", classes=cl, noise_seed=2)
+    cmp = compare_runs(a, b)
+    row = _row(cmp, "class:background", "session_success_ratio")
+    assert row.gated and row.underpowered > 0.05 and row.verdict == VERDICT_SAME
+    assert cmp.verdict == VERDICT_SAME
+    assert any(
+        "judged only for getting worse" in w and "class:background" in w for w in cmp.warnings
+    )
+    # ... and a collapse in that class still fails the canary
+    c = write_run(tmp_path / "c", classes=cl, noise_seed=2, tool_loop_failures=0.9)
+    cmp = compare_runs(a, c)
+    assert _row(cmp, "class:interactive", "session_success_ratio").verdict == VERDICT_WORSE
+    assert cmp.exit_code == 3

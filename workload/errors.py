@@ -12,6 +12,7 @@ EXIT_ERRORS = 1  # errors above the allowed ratio
 EXIT_BAD_INPUT = 2  # bad input or an unusable target
 EXIT_SLO = 3  # an SLO violated (run)
 EXIT_REGRESSION = 3  # the candidate is worse (compare, canary)
+EXIT_INCONCLUSIVE = 4  # could not have seen a threshold-sized regression (compare, canary)
 EXIT_PARTIAL = 1  # the run is incomplete: a worker was lost mid-run (run.json "partial")
 EXIT_SIGHUP = 129  # 128 + SIGHUP: the terminal went away
 EXIT_SIGINT = 130  # 128 + SIGINT: Ctrl-C

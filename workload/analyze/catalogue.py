@@ -18,6 +18,9 @@ VERDICT_SAME = "no detectable change"
 VERDICT_NODATA = "insufficient data"
 # Some gated metrics worse, others better: exits like "worse" (any gated regression fails).
 VERDICT_MIXED = "mixed"
+# A gated metric whose interval still admits a change of its threshold's size (no
+# equivalence): the comparison could not have seen such a regression. Exits 4.
+VERDICT_INCONCLUSIVE = "inconclusive"
 
 LATENCIES = ("ttft", "itl", "tpot", "e2e")
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
@@ -114,6 +117,15 @@ class MetricDiff:
     blocks: int = 0  # blocks behind a "blocks" interval (its t has blocks - 1 degrees of freedom)
     counts: tuple[int, int, int, int] | None = None  # exact: (hits A, n A, hits B, n B)
     p_value: float | None = None  # exact: Fisher's two-sided p
+    # Equivalence (gated rows with a threshold): the worse-side bound of the one-sided
+    # (1 - alpha) interval, in the change's unit (sign as the change), and, when that bound
+    # still reaches the threshold, about how many times this traffic would settle it.
+    eq_bound: float | None = None
+    settle_factor: float | None = None
+    # A class's exact-ratio row too small to rule out its threshold whatever it observes
+    # (no events on either side): the smallest change its size can rule out. Such a row
+    # still flags "worse"; it is not held to equivalence, and the verdict lists it.
+    underpowered: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}

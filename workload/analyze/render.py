@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from workload.analyze.catalogue import (
     HEADLINE_ORDER,
     VERDICT_BETTER,
+    VERDICT_INCONCLUSIVE,
     VERDICT_NODATA,
     VERDICT_WORSE,
     MetricDiff,
@@ -43,6 +44,13 @@ def fmt_change(m: MetricDiff) -> str:
     if m.ci:
         s += f" [{100 * m.ci[0]:+.1f}, {100 * m.ci[1]:+.1f}]"
     return s
+
+
+def fmt_bound(m: MetricDiff) -> str:
+    """The equivalence bound (worse side of the one-sided interval), e.g. '+14.2 %'."""
+    if m.eq_bound is None:
+        return "-"
+    return f"{100 * m.eq_bound:+.1f} {'%' if m.change_kind == 'relative' else 'pp'}"
 
 
 def fmt_threshold(m: MetricDiff) -> str:
@@ -81,12 +89,28 @@ def headline(c: Comparison) -> list[str]:
         s = ", ".join(f"{_scope_name(m.scope)} {metric_label(m)} {fmt_delta(m)}" for m in ms[:4])
         return s + (f" (+{len(ms) - 4} more)" if len(ms) > 4 else "")
 
+    unsettled = [m for m in gated if m.verdict == VERDICT_INCONCLUSIVE]
     if worse:
         lines.append("Worse (gated): " + items(worse))
+    if unsettled and not worse:
+        lines.append(
+            "Could still hide a threshold-sized regression: "
+            + ", ".join(
+                f"{_scope_name(m.scope)} {metric_label(m)} {fmt_delta(m)} "
+                f"(bound {fmt_bound(m)}, threshold {fmt_threshold(m)})"
+                for m in unsettled[:3]
+            )
+            + (f" (+{len(unsettled) - 3} more)" if len(unsettled) > 3 else "")
+        )
+        if c.settle:
+            lines.append(f"To settle it: {c.settle['line']}.")
     if better:
         lines.append("Better (gated): " + items(better))
-    if not worse and not better:
-        lines.append(f"No gated metric moved ({c.gated_count} judged).")
+    if not worse and not better and not unsettled:
+        lines.append(
+            f"No gated metric moved ({c.gated_count} judged); each interval excludes a "
+            "regression of its threshold."
+        )
     lines += [f"Where: {w}" for w in c.where[:2]]
     shown = [
         m

@@ -23,8 +23,12 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "itl_p95": 10.0,
     "e2e_p95": 10.0,
     "error_ratio": 1.0,
-    "tool_loop_failure_ratio": 1.0,
-    "session_success_ratio": 2.0,
+    # Session ratios: what a canary of about 100 sessions per side can settle (with no
+    # failures on either side the one-sided 95 % bound of the difference is about 3 points;
+    # docs/canary-verdict-quality.md). Tighter thresholds need more sessions: the verdict
+    # says how many when it is inconclusive.
+    "tool_loop_failure_ratio": 5.0,
+    "session_success_ratio": 5.0,
     "output_throughput": 5.0,
     "cached_ratio": 5.0,
     "completed_sessions": 10.0,
@@ -42,6 +46,7 @@ _PROFILE_NAMES = {
     "e2e_p95_pct": "e2e_p95",
     "throughput_pct": "output_throughput",
     "session_success_pp": "session_success_ratio",
+    "tool_loop_failure_pp": "tool_loop_failure_ratio",
     "cached_ratio_pp": "cached_ratio",
 }
 

@@ -68,6 +68,7 @@ from workload.analyze.catalogue import (
     SLICE_METRICS,
     STEP_METRICS,
     VERDICT_BETTER,
+    VERDICT_INCONCLUSIVE,
     VERDICT_MIXED,
     VERDICT_NODATA,
     VERDICT_SAME,
@@ -98,8 +99,8 @@ from workload.analyze.traffic import (
     tool_loop_examples,
     traffic_differences,
 )
+from workload.errors import EXIT_INCONCLUSIVE, EXIT_REGRESSION
 from workload.errors import EXIT_OK as EXIT_PASS
-from workload.errors import EXIT_REGRESSION
 from workload.observe.fingerprint import fingerprint_diff
 
 
@@ -125,10 +126,14 @@ class Comparison:
     where: list[str] = field(default_factory=list)  # slices that moved, spec-decode hints
     tool_loop: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # first failures
     divergence: dict[str, Any] | None = None  # history: actual, how far the traffic diverged
+    # inconclusive: what is unsettled and how much more traffic would settle it
+    settle: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.verdict in (VERDICT_WORSE, VERDICT_MIXED) else EXIT_PASS
+        if self.verdict in (VERDICT_WORSE, VERDICT_MIXED):
+            return EXIT_REGRESSION
+        return EXIT_INCONCLUSIVE if self.verdict == VERDICT_INCONCLUSIVE else EXIT_PASS
 
     def rows(self, scope: str | None = None, *, gated: bool | None = None) -> list[MetricDiff]:
         return [
@@ -150,7 +155,9 @@ class Comparison:
                 "n_boot": self.n_boot,
                 "gated_metrics": self.gated_count,
                 "rule": "worse: interval above 0 and change >= threshold/2; intervals of gated "
-                "metrics Bonferroni-adjusted over gated metrics; paired cluster bootstrap over "
+                "metrics Bonferroni-adjusted over gated metrics; no detectable change only when "
+                "the one-sided (1 - alpha) bound of every gated metric excludes a threshold-sized "
+                "regression, else inconclusive; paired cluster bootstrap over "
                 "sessions, t-interval across blocks for between-instance metrics with "
                 f">= {MIN_BLOCKS} blocks, Fisher exact test for session/error ratios",
                 "gating": self.gating,
@@ -161,6 +168,7 @@ class Comparison:
             "where": self.where,
             "tool_loop_examples": self.tool_loop,
             "traffic_divergence": self.divergence,
+            "settle": self.settle,
             "fingerprint_diff": self.fingerprint_diff,
             "metrics": [m.to_dict() for m in self.metrics],
             "error_kinds": self.error_kinds,
@@ -236,6 +244,109 @@ def _judge(m: MetricDiff, tail: float) -> None:
         m.verdict = VERDICT_BETTER
     else:
         m.verdict = VERDICT_SAME
+
+
+# Past this many times the traffic, "run longer" is not advice: the design cannot settle it.
+SETTLE_MAX = 25.0
+
+
+def _equivalence(m: MetricDiff, alpha: float, gate_tail: float) -> None:
+    """A gated "no detectable change" row becomes "inconclusive" unless it excludes a regression.
+
+    Equivalence, one-sided: the worse-side bound of the (1 - alpha) interval must stay
+    below the threshold (an intersection-union test: "every gated metric is within its
+    threshold" holds at level alpha without a multiplicity correction, while "some metric
+    is worse" keeps the Bonferroni-adjusted intervals). When it does not, `settle_factor`
+    is about how many times this traffic (sessions, or blocks for block intervals) would
+    settle the row either way: narrow the bound below the threshold at the current point
+    estimate, or, for a point estimate past half the threshold, make the worsening
+    significant. Standard errors shrink like 1/sqrt(traffic); with blocks, the t quantile
+    also falls, so the factor is on the safe side.
+    """
+    if m.threshold is None or m.verdict != VERDICT_SAME or m.change is None or m.se is None:
+        return
+    sign = 1.0 if m.higher_is_worse else -1.0
+    if m.method == "exact" and m.counts and m.scope.startswith("class:"):
+        _, na, _, nb = m.counts
+        best = MetricDiff(m.scope, m.metric, m.unit, m.change_kind, 0.0, 0.0, na, nb)
+        best.counts = (0, na, 0, nb)
+        floor = _exact_interval(best, alpha)[1]
+        if floor >= m.threshold:
+            m.underpowered = floor
+            return
+    if m.method == "exact" and m.counts:
+        lo, hi = _exact_interval(m, alpha)
+        pt, t = sign * m.change, m.threshold
+        ub = max(sign * lo, sign * hi)
+        gate_ub = max(sign * m.ci[0], sign * m.ci[1]) if m.ci else ub
+        h_eq, h_gate = max(ub - pt, 0.0), max(gate_ub - pt, 0.0)
+        m.eq_bound = sign * ub
+    else:
+        df = m.blocks - 1 if m.method == "blocks" and m.blocks >= 2 else None
+        q_eq = float(_sps.t.ppf(1 - alpha, df) if df else _sps.norm.ppf(1 - alpha))
+        q_gate = float(_sps.t.ppf(1 - gate_tail, df) if df else _sps.norm.ppf(1 - gate_tail))
+        if m.change_kind == "relative":
+            if m.change <= -1 or (not m.higher_is_worse and m.threshold >= 1):
+                return
+            pt = sign * math.log1p(m.change)
+            t = math.log1p(m.threshold) if m.higher_is_worse else -math.log1p(-m.threshold)
+            ub = pt + q_eq * m.se
+            m.eq_bound = math.expm1(sign * ub)
+        else:
+            pt, t = sign * m.change, m.threshold
+            ub = pt + q_eq * m.se
+            m.eq_bound = sign * ub
+        h_eq, h_gate = q_eq * m.se, q_gate * m.se
+    if ub < t:
+        return
+    m.verdict = VERDICT_INCONCLUSIVE
+    ways = []
+    if pt < t and h_eq > 0:
+        ways.append((h_eq / (t - pt)) ** 2)
+    if pt >= t / 2 and pt > 0 and h_gate > 0:
+        ways.append((h_gate / pt) ** 2)
+    m.settle_factor = max(1.0, min(ways)) if ways else None
+
+
+def _settle(metrics: list[MetricDiff], a: RunData, blocks: int) -> dict[str, Any] | None:
+    """What an inconclusive comparison lacks: the unsettled rows and the traffic that settles them."""
+    open_rows = [m for m in metrics if m.gated and m.verdict == VERDICT_INCONCLUSIVE]
+    if not open_rows:
+        return None
+    factors = [m.settle_factor for m in open_rows if m.settle_factor]
+    f = max(factors) if factors else None
+    sessions = len(a.sessions)
+    dur = a.duration_s
+    out: dict[str, Any] = {
+        "metrics": [f"{m.scope} {m.metric}" for m in open_rows],
+        "factor": f,
+        "blocks": blocks,
+        "sessions_per_side": sessions,
+        "duration_s": dur,
+    }
+    if f is None:
+        out["line"] = "run more traffic"
+    elif f > SETTLE_MAX:
+        out["line"] = (
+            f"settling it would take more than {SETTLE_MAX:g}x this traffic: at this design it "
+            "cannot be settled; raise the threshold, or turn the metric off if it does not "
+            "matter for this rollout (--threshold METRIC=off)"
+        )
+    else:
+        more = (
+            f"about {f:.1f}x this traffic (≈ {math.ceil(f * max(sessions, 1)):,} sessions per side"
+        )
+        if blocks >= 2 and dur:
+            n = math.ceil(f * blocks)
+            per = dur / blocks
+            more += f"; --blocks {n}, ≈ {n * per / 60:.0f} min per side)"
+        elif dur:
+            more += f"; ≈ {f * dur / 60:.1f} min per side)"
+        else:
+            more += ")"
+        out["line"] = f"run {more}"
+        out["blocks_needed"] = math.ceil(f * blocks) if blocks >= 2 else None
+    return out
 
 
 def _drop_duplicate_gates(metrics: list[MetricDiff]) -> None:
@@ -369,6 +480,8 @@ def compare_runs(
     k = max(1, k)
     for m in metrics:
         _judge(m, alpha / (2 * k) if m.gated or m.same_as or m.note else alpha / 2)
+        if m.gated:
+            _equivalence(m, alpha, alpha / (2 * k))
     gated = [m for m in metrics if m.gated]
     any_worse = any(m.verdict == VERDICT_WORSE for m in gated)
     any_better = any(m.verdict == VERDICT_BETTER for m in gated)
@@ -376,10 +489,22 @@ def compare_runs(
         verdict = VERDICT_MIXED
     elif any_worse:
         verdict = VERDICT_WORSE
+    elif any(m.verdict == VERDICT_INCONCLUSIVE for m in gated):
+        verdict = VERDICT_INCONCLUSIVE  # "no regression" was not shown, whatever improved
     elif any_better:
         verdict = VERDICT_BETTER
     else:
         verdict = VERDICT_SAME
+    weak = [m for m in gated if m.underpowered is not None]
+    if weak:
+        warnings.append(
+            "too few to rule out their threshold, so judged only for getting worse: "
+            + ", ".join(
+                f"{m.scope} {m.metric} ({min(m.n_a, m.n_b):,} per side rule out only "
+                f"{100 * m.underpowered:.0f} pp)"
+                for m in weak
+            )
+        )
     nodata = [f"{m.scope} {m.metric}" for m in gated if m.verdict == VERDICT_NODATA]
     if nodata:
         warnings.append("not enough data to judge: " + ", ".join(nodata))
@@ -410,7 +535,7 @@ def compare_runs(
     return Comparison(
         a, b, metrics, fingerprint_diff(a.run, b.run), ek, server, spec, warnings,
         confidence, n_boot, th, k, verdict, _gating_sentence(metrics, n_blocks),
-        n_blocks, where, loops, divergence,
+        n_blocks, where, loops, divergence, _settle(metrics, a, n_blocks),
     )  # fmt: skip
 
 

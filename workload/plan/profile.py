@@ -290,7 +290,14 @@ class CompareThresholds(_M):
         5.0, ge=0, description="Allowed output-token throughput drop (%)."
     )
     session_success_pp: float = Field(
-        2.0, ge=0, description="Allowed session success ratio drop (percentage points)."
+        5.0,
+        ge=0,
+        description="Allowed session success ratio drop (percentage points). A canary must be "
+        "able to exclude it: with no failures, n sessions per side bound the drop at about "
+        "300/n points (5 needs about 100 sessions per side).",
+    )
+    tool_loop_failure_pp: float = Field(
+        5.0, ge=0, description="Allowed tool-loop failure ratio rise (percentage points)."
     )
     cached_ratio_pp: float = Field(
         5.0, ge=0, description="Allowed cached-token ratio drop (points)."

@@ -7,6 +7,7 @@ from typing import Any
 
 from workload.analyze.catalogue import (
     VERDICT_BETTER,
+    VERDICT_INCONCLUSIVE,
     VERDICT_MIXED,
     VERDICT_NODATA,
     VERDICT_WORSE,
@@ -26,9 +27,10 @@ from workload.report.views import (
 
 
 def _metric_row(m: MetricDiff) -> dict[str, Any]:
-    css = {VERDICT_WORSE: "worse", VERDICT_BETTER: "better", VERDICT_NODATA: "nodata"}.get(
-        m.verdict, "same"
-    )
+    css = {
+        VERDICT_WORSE: "worse", VERDICT_BETTER: "better", VERDICT_NODATA: "nodata",
+        VERDICT_INCONCLUSIVE: "caution",
+    }.get(m.verdict, "same")  # fmt: skip
     return {
         "scope": m.scope,
         "metric": m.metric,
@@ -84,6 +86,7 @@ def write_compare_report(comparison: Comparison, out: Path) -> Path:
             "verdict_css": {
                 VERDICT_WORSE: "worse",
                 VERDICT_MIXED: "worse",
+                VERDICT_INCONCLUSIVE: "caution",
                 VERDICT_BETTER: "better",
             }.get(c.verdict, "same"),  # fmt: skip
             # The 3-5 lines that decide the rollout, first in the page.

@@ -183,9 +183,7 @@ def _run_sides(
     return codes
 
 
-def design(
-    duration_s: float, mode: str, blocks: int, block_s: float | None
-) -> tuple[int, float]:
+def design(duration_s: float, mode: str, blocks: int, block_s: float | None) -> tuple[int, float]:
     """(blocks per side, seconds per block) of a canary.
 
     A block is one paired run of the traffic: `block_s`, else the run's duration (the
