@@ -208,6 +208,13 @@ def judge(out: Path, other: str = "candidate") -> dict:
                 "threshold": m.threshold,
                 "verdict": m.verdict,
                 "method": m.method,
+                # worse side of the one-sided (1 - alpha) bound, positive = worse
+                "eq_worse": (
+                    None
+                    if m.eq_bound is None
+                    else (m.eq_bound if m.higher_is_worse else -m.eq_bound)
+                ),
+                "underpowered": m.underpowered,
             }
             for m in cmp.rows(gated=True)
         ],  # fmt: skip
@@ -217,6 +224,38 @@ def judge(out: Path, other: str = "candidate") -> dict:
             else None
         ),
     }
+
+
+def resolvable(aa: list[dict], q: float = 0.95) -> list[str]:
+    """Per gated metric: the smallest threshold the design rules out in a share q of A/A trials.
+
+    The worse side of each A/A trial's one-sided bound; a threshold above its q-quantile is
+    settled ("no detectable change") in about q of A/A trials. The design's resolution.
+    """
+    per: dict[tuple[str, str], list[float]] = {}
+    thr: dict[tuple[str, str], float] = {}
+    for r in aa:
+        for g in r.get("gated_rows") or []:
+            if g.get("eq_worse") is not None and not g.get("underpowered"):
+                key = (g["scope"], g["metric"])
+                per.setdefault(key, []).append(g["eq_worse"])
+                thr[key] = g["threshold"]
+    lines = []
+    for (scope, metric), v in sorted(per.items()):
+        if scope.startswith("slice:"):
+            continue
+        arr = sorted(v)
+        k = min(len(arr) - 1, math.ceil(q * len(arr)) - 1)
+        rel = metric.endswith(
+            ("_p50", "_p95", "_p99", "_shift", "_throughput", "_sessions", "_length")
+        )
+        unit = "%" if rel else "pp"
+        lines.append(
+            f"  {scope:22s} {metric:26s} A/A bound median {100 * statistics.median(arr):+6.1f} "
+            f"q{int(q * 100)} {100 * arr[k]:+6.1f} {unit} (threshold {100 * thr[(scope, metric)]:g}; "
+            f"{sum(x < thr[(scope, metric)] for x in arr)}/{len(arr)} settled)"
+        )
+    return lines
 
 
 def summarize(results: list[dict], threshold: float = 0.10) -> str:
@@ -241,6 +280,8 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
         for r in aa:
             verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
         lines.append(f"A/A verdicts: {verdicts}")
+        lines.append("Resolution of the design (A/A bounds; a threshold above q95 settles 95 %):")
+        lines += resolvable(aa)
         k = sum(r["verdict"] == VERDICT_SAME for r in aa)
         lo, hi = wilson(k, len(aa))
         lines.append(
@@ -437,13 +478,27 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=Path("bench-out") / f"verdict-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     p.add_argument(
-        "--reanalyze", type=Path, help="re-judge the trial-* directories under this path"
+        "--reanalyze",
+        type=Path,
+        nargs="+",
+        help="re-judge the trial-* directories under these paths",
     )
     args = p.parse_args(argv)
     results = []
     if args.reanalyze:
-        for d in sorted(args.reanalyze.glob("*trial-*")):
+        dirs = sorted(d for root in args.reanalyze for d in root.glob("*trial-*"))
+        for d in dirs:
             if not ((d / "baseline").exists() and (d / "candidate").exists()):
+                continue
+            sides = [x for x in (d / "baseline", d / "twin", d / "candidate") if x.exists()]
+            if not all((x / "run.json").exists() or (x / "block-0").exists() for x in sides) or any(
+                b.is_dir() and not (b / "run.json").exists()
+                for x in sides
+                for b in x.glob("block-*")
+            ):
+                continue  # a trial still running (or cut short)
+            counts = {len([b for b in x.glob("block-*") if b.is_dir()]) for x in sides}
+            if counts != ({args.blocks} if args.blocks > 1 else {0}):
                 continue
             kind, _, i = d.name.partition("trial-")
             if (d / "twin").exists():

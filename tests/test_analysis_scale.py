@@ -5,8 +5,10 @@
 * a comparison of a small pair with everything in it (paired sessions, blocks, tool calls,
   spec decode, goodput, cancelled rows, unpaired sessions) matches a golden file written
   by the row-dict implementation this replaced (tests/fixtures/compare_golden.json). When
-  the equivalence rule ("inconclusive") landed, only the verdict fields were rewritten:
-  every value, standard error and interval is still the row-dict implementation's.
+  the equivalence rule ("inconclusive") and the class rule for between-instance metrics
+  (class rows shown, the overall row gates) landed, only what follows from gating was
+  rewritten (verdict, gated, note, and the intervals through the Bonferroni divisor):
+  every value, standard error and count is still the row-dict implementation's.
 """
 
 from __future__ import annotations

@@ -47,6 +47,10 @@ _PROFILE_NAMES = {
     "throughput_pct": "output_throughput",
     "session_success_pp": "session_success_ratio",
     "tool_loop_failure_pp": "tool_loop_failure_ratio",
+    "completed_sessions_pct": "completed_sessions",
+    "ttft_shift_pct": "ttft_shift",
+    "tpot_shift_pct": "tpot_shift",
+    "e2e_shift_pct": "e2e_shift",
     "cached_ratio_pp": "cached_ratio",
 }
 
@@ -110,6 +114,9 @@ def resolve_thresholds(run_a: dict, run_b: dict, flags: dict | None) -> dict[str
     for run in (run_a, run_b):
         for k, v in profile_compare(run).items():
             if k == "alpha":
+                continue
+            if v is None:  # the profile turned this gate off
+                out.pop(_metric_name(str(k)), None)
                 continue
             try:
                 name, val = _metric_name(str(k)), _pct(v)

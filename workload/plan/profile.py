@@ -272,34 +272,49 @@ class SLO(_M):
 
 
 class CompareThresholds(_M):
-    """How much worse B may be than A before `agentload compare` says regression."""
+    """How much worse B may be than A before `agentload compare` says regression.
 
-    ttft_p95_pct: float = Field(10.0, ge=0, description="Allowed TTFT p95 increase (%).")
-    itl_p95_pct: float = Field(10.0, ge=0, description="Allowed ITL p95 increase (%).")
-    e2e_p95_pct: float = Field(10.0, ge=0, description="Allowed E2E p95 increase (%).")
-    tpot_p95_pct: float = Field(
-        10.0, ge=0, description="Allowed TPOT (per output token) p95 and paired shift increase (%)."
+    A threshold is also what a canary must rule out to say "no detectable change"
+    (else "inconclusive"): set it no tighter than the canary design resolves
+    (docs/canary-verdict-quality.md). `null` turns a metric's gate off.
+    """
+
+    ttft_shift_pct: float | None = Field(
+        10.0, ge=0, description="Allowed paired TTFT shift (median per-request change) (%)."
     )
-    spec_acceptance_length_pct: float = Field(
+    tpot_shift_pct: float | None = Field(
+        10.0, ge=0, description="Allowed paired TPOT shift, per output token (%): the headline."
+    )
+    e2e_shift_pct: float | None = Field(10.0, ge=0, description="Allowed paired E2E shift (%).")
+    ttft_p95_pct: float | None = Field(10.0, ge=0, description="Allowed TTFT p95 increase (%).")
+    itl_p95_pct: float | None = Field(10.0, ge=0, description="Allowed ITL p95 increase (%).")
+    e2e_p95_pct: float | None = Field(10.0, ge=0, description="Allowed E2E p95 increase (%).")
+    tpot_p95_pct: float | None = Field(
+        10.0, ge=0, description="Allowed TPOT (per output token) p95 increase (%)."
+    )
+    spec_acceptance_length_pct: float | None = Field(
         10.0, ge=0, description="Allowed spec-decode mean acceptance length drop (%)."
     )
-    spec_acceptance_rate_pp: float = Field(
+    spec_acceptance_rate_pp: float | None = Field(
         5.0, ge=0, description="Allowed spec-decode draft acceptance rate drop (points)."
     )
-    throughput_pct: float = Field(
+    throughput_pct: float | None = Field(
         5.0, ge=0, description="Allowed output-token throughput drop (%)."
     )
-    session_success_pp: float = Field(
+    completed_sessions_pct: float | None = Field(
+        10.0, ge=0, description="Allowed drop in completed sessions per minute (%)."
+    )
+    session_success_pp: float | None = Field(
         5.0,
         ge=0,
         description="Allowed session success ratio drop (percentage points). A canary must be "
         "able to exclude it: with no failures, n sessions per side bound the drop at about "
         "300/n points (5 needs about 100 sessions per side).",
     )
-    tool_loop_failure_pp: float = Field(
+    tool_loop_failure_pp: float | None = Field(
         5.0, ge=0, description="Allowed tool-loop failure ratio rise (percentage points)."
     )
-    cached_ratio_pp: float = Field(
+    cached_ratio_pp: float | None = Field(
         5.0, ge=0, description="Allowed cached-token ratio drop (points)."
     )
     alpha: float = Field(0.05, gt=0, lt=1, description="Significance level for the A/B tests.")
