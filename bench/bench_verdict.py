@@ -21,6 +21,7 @@ length that spread predicts is needed for 90 % detection of a true 10 %
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -30,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
 from scipy import stats as sps  # noqa: E402
 
 from workload.analyze.catalogue import VERDICT_MIXED, VERDICT_SAME, VERDICT_WORSE  # noqa: E402
@@ -178,9 +180,25 @@ def trial(out: Path, kind: str, i: int, args: argparse.Namespace) -> dict:
     return {"kind": kind, "i": i, "exit": code, "wall_s": time.time() - t0, **judge(out)}
 
 
+def _current_compare(run: dict) -> None:
+    """Judge with today's `compare:` section of the run's built-in profile (kept trials
+    recorded the thresholds of their day; the rule being measured is today's)."""
+    from workload.plan.loading import load_profile
+
+    prof = run.get("profile")
+    if isinstance(prof, dict) and prof.get("name"):
+        with contextlib.suppress(Exception):  # not a built-in profile: keep what was recorded
+            prof["compare"] = load_profile(prof["name"]).compare.model_dump()
+
+
 def judge(out: Path, other: str = "candidate") -> dict:
     """Re-compare a kept trial directory (so rules can be re-evaluated without rerunning)."""
-    cmp = compare_runs(out / "baseline", out / other)
+    from workload.analyze.rundata import load_run
+
+    a, b = load_run(out / "baseline"), load_run(out / other)
+    for r in (a, b):
+        _current_compare(r.run)
+    cmp = compare_runs(a, b)
     rows = {(m.scope, m.metric): m for m in cmp.metrics}
     ttft = {
         s: rows[(s, "ttft_p95")] for s, m in rows if m == "ttft_p95" and not s.startswith("step:")
@@ -208,6 +226,9 @@ def judge(out: Path, other: str = "candidate") -> dict:
                 "threshold": m.threshold,
                 "verdict": m.verdict,
                 "method": m.method,
+                "se": m.se,
+                "blocks": m.blocks,
+                "change_kind": m.change_kind,
                 # worse side of the one-sided (1 - alpha) bound, positive = worse
                 "eq_worse": (
                     None
@@ -240,6 +261,28 @@ def resolvable(aa: list[dict], q: float = 0.95) -> list[str]:
                 key = (g["scope"], g["metric"])
                 per.setdefault(key, []).append(g["eq_worse"])
                 thr[key] = g["threshold"]
+    # Block-interval metrics: the per-block spread sigma pooled over trials (se * sqrt(blocks)),
+    # and the threshold an A/A trial's bound stays under with 99 % probability, by Monte
+    # Carlo of bound = mean + t(n-1, 0.95) * s / sqrt(n) with mean ~ N(0, sigma^2 / n),
+    # s^2 ~ sigma^2 chi2(n-1) / (n-1): the design's resolution for that metric.
+    sig: dict[tuple[str, str], list[float]] = {}
+    nb: dict[tuple[str, str], int] = {}
+    for r in aa:
+        for g in r.get("gated_rows") or []:
+            if g.get("method") == "blocks" and g.get("se") and g.get("blocks", 0) >= 2:
+                key = (g["scope"], g["metric"])
+                sig.setdefault(key, []).append(g["se"] ** 2 * g["blocks"])
+                nb[key] = g["blocks"]
+    rng = np.random.default_rng(0)
+    t99: dict[tuple[str, str], float] = {}
+    for key, v in sig.items():
+        n, sigma = nb[key], math.sqrt(statistics.mean(v))
+        z = rng.standard_normal(200_000)
+        chi = rng.chisquare(n - 1, 200_000)
+        bound = sigma * (
+            z / math.sqrt(n) + sps.t.ppf(0.95, n - 1) * np.sqrt(chi / (n - 1)) / math.sqrt(n)
+        )
+        t99[key] = float(np.quantile(bound, 0.99))
     lines = []
     for (scope, metric), v in sorted(per.items()):
         if scope.startswith("slice:"):
@@ -254,6 +297,12 @@ def resolvable(aa: list[dict], q: float = 0.95) -> list[str]:
             f"  {scope:22s} {metric:26s} A/A bound median {100 * statistics.median(arr):+6.1f} "
             f"q{int(q * 100)} {100 * arr[k]:+6.1f} {unit} (threshold {100 * thr[(scope, metric)]:g}; "
             f"{sum(x < thr[(scope, metric)] for x in arr)}/{len(arr)} settled)"
+            + (
+                f"; per-block sd {100 * math.sqrt(statistics.mean(sig[(scope, metric)])):.1f} %, "
+                f"99 % A/A resolution {100 * math.expm1(t99[(scope, metric)]):.0f} {unit}"
+                if (scope, metric) in t99
+                else ""
+            )
         )
     return lines
 

@@ -111,6 +111,10 @@ def headline(c: Comparison) -> list[str]:
             f"No gated metric moved ({c.gated_count} judged); each interval excludes a "
             "regression of its threshold."
         )
+    if not worse and not unsettled:
+        ruled = rules_out(gated)
+        if ruled:
+            lines.append("Rules out regressions beyond: " + ruled)
     lines += [f"Where: {w}" for w in c.where[:2]]
     shown = [
         m
@@ -120,6 +124,21 @@ def headline(c: Comparison) -> list[str]:
     if shown and len(lines) < 5:
         lines.append("Shown, not gated, worse: " + items(sorted(shown, key=_order)))
     return lines[:5]
+
+
+def rules_out(gated: list[MetricDiff], limit: int = 5) -> str:
+    """What a passing comparison excludes: the worse-side bound of the headline gated rows.
+
+    e.g. "TPOT shift +1.6 %, TTFT shift +1.5 %, TPOT p95 +24 %" -- the resolution this
+    canary had on these servers (a regression larger than that would have shown).
+    """
+    out = []
+    for m in gated:
+        if m.scope != "overall" or m.eq_bound is None or m.verdict == VERDICT_NODATA:
+            continue
+        unit = "%" if m.change_kind == "relative" else "pp"
+        out.append(f"{metric_label(m)} {100 * m.eq_bound:+.1f} {unit}")
+    return ", ".join(out[:limit])
 
 
 def render_text(c: Comparison) -> str:
