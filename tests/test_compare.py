@@ -205,8 +205,12 @@ def test_counts_below_min_samples_are_not_judged(tmp_path):
     b = write_run(tmp_path / "b", classes=few, noise_seed=2, session_share=0.5)
     cmp = compare_runs(a, b, {"completed_sessions": 10})
     row = _row(cmp, "overall", "completed_sessions")
-    assert row.gated and row.verdict == "insufficient data" and row.se is None
-    # so it does not widen the other gated intervals either
+    # measured but too few to judge: it could not have seen a regression, so the verdict
+    # cannot pass on it (inconclusive, and it says how many more it needs)
+    assert row.gated and row.verdict == "inconclusive" and row.se is None
+    assert row.settle_factor == pytest.approx(20 / 6)
+    assert cmp.verdict == "inconclusive" and cmp.exit_code == 4
+    # it does not widen the other gated intervals either
     assert cmp.gated_count == max(1, sum(1 for m in cmp.rows(gated=True) if m.se))
 
 

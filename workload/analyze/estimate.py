@@ -155,6 +155,12 @@ def _min_n(q: float) -> int:
     return max(MIN_SAMPLES, math.ceil(5 / (1 - q)))
 
 
+def min_samples(metric: str) -> int:
+    """Samples per side below which `metric` is "insufficient data" (p95: 100, p99: 500)."""
+    q = QUANTILES.get(metric.rsplit("_", 1)[-1])
+    return _min_n(q) if q is not None and METRICS[metric].kind == "quantile" else MIN_SAMPLES
+
+
 def scope_metrics(
     scope_name: str,
     sc: Scope,

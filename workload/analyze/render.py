@@ -98,6 +98,9 @@ def headline(c: Comparison) -> list[str]:
             + ", ".join(
                 f"{_scope_name(m.scope)} {metric_label(m)} {fmt_delta(m)} "
                 f"(bound {fmt_bound(m)}, threshold {fmt_threshold(m)})"
+                if m.eq_bound is not None
+                else f"{_scope_name(m.scope)} {metric_label(m)} "
+                f"(too few to judge: {min(m.n_a, m.n_b):,} per side)"
                 for m in unsettled[:3]
             )
             + (f" (+{len(unsettled) - 3} more)" if len(unsettled) > 3 else "")

@@ -76,7 +76,7 @@ from workload.analyze.catalogue import (
     CompareError,
     MetricDiff,
 )
-from workload.analyze.estimate import scope_metrics
+from workload.analyze.estimate import min_samples, scope_metrics
 from workload.analyze.render import render_text as _render_text
 from workload.analyze.rundata import RunData, load_run
 from workload.analyze.serverinfo import error_kinds, server_summary, spec_histogram
@@ -333,9 +333,9 @@ def _settle(metrics: list[MetricDiff], a: RunData, blocks: int) -> dict[str, Any
         out["line"] = "run more traffic"
     elif f > SETTLE_MAX:
         out["line"] = (
-            f"settling it would take more than {SETTLE_MAX:g}x this traffic: at this design it "
-            "cannot be settled; raise the threshold, or turn the metric off if it does not "
-            "matter for this rollout (--threshold METRIC=off)"
+            f"more than {SETTLE_MAX:g}x this traffic, so this design cannot settle it: raise "
+            "the threshold, or turn the metric off if it does not matter for this rollout "
+            "(--threshold METRIC=off)"
         )
     else:
         more = (
@@ -470,7 +470,7 @@ def compare_runs(
         elif m.paired_share and m.metric in BETWEEN_INSTANCE and m.method != "blocks":
             # Paired single-block runs: no between-instance estimate for these.
             why = (
-                f"needs >= {MIN_BLOCKS} interleaved blocks per side"
+                f"needs >= {MIN_BLOCKS} blocks per side, --blocks"
                 if n_blocks < MIN_BLOCKS
                 else f"fewer than {MIN_BLOCKS} blocks with data on both sides"
             )
@@ -493,6 +493,11 @@ def compare_runs(
         _judge(m, alpha / (2 * k) if m.gated or m.same_as or m.note else alpha / 2)
         if m.gated:
             _equivalence(m, alpha, alpha / (2 * k))
+        if m.gated and m.scope == "overall" and m.verdict == VERDICT_NODATA and max(m.n_a, m.n_b):
+            # Measured, but too few to judge (a short canary's latency shift): it could not
+            # have seen a regression. A metric with no samples on either side does not apply.
+            m.verdict = VERDICT_INCONCLUSIVE
+            m.settle_factor = min_samples(m.metric) / max(1, min(m.n_a, m.n_b))
     gated = [m for m in metrics if m.gated]
     any_worse = any(m.verdict == VERDICT_WORSE for m in gated)
     any_better = any(m.verdict == VERDICT_BETTER for m in gated)
@@ -585,7 +590,7 @@ def _gating_sentence(metrics: list[MetricDiff], blocks: int = 0) -> str:
             f"{'one block' if blocks <= 1 else f'{blocks} blocks'} per side"
             f"{' (too few with data)' if blocks >= MIN_BLOCKS else ''} there is no "
             "between-instance estimate, and two instances of the same server differ on them by "
-            f"more than a within-run interval knows (interleave >= {MIN_BLOCKS} blocks, or name "
+            f"more than a within-run interval knows (run >= {MIN_BLOCKS} blocks, --blocks, or name "
             "one, e.g. --threshold tpot_p95=10)"
         )
     return "; ".join(out) + "."
