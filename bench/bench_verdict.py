@@ -141,6 +141,11 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
         for sp in sims.values():
             sp.stop()
     wall = time.time() - t0
+    try:
+        judged = (judge(out, "twin"), judge(out))
+    except Exception as e:  # noqa: BLE001 - keep the campaign going; --reanalyze can retry
+        print(f"trial {i}: could not judge ({type(e).__name__}: {e})", flush=True)
+        return []
     return [
         {
             "kind": "aa",
@@ -148,7 +153,7 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
             "scenario": name,
             "exit": codes,
             "wall_s": wall,
-            **judge(out, "twin"),
+            **judged[0],
         },
         {
             "kind": "regression",
@@ -156,7 +161,7 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
             "scenario": name,
             "exit": codes,
             "wall_s": wall,
-            **judge(out),
+            **judged[1],
         },
     ]
 
