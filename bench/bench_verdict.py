@@ -319,6 +319,8 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
     by_sc: dict[str, list[dict]] = {}
     for r in rg:
         by_sc.setdefault(r.get("scenario", "custom"), []).append(r)
+    heads = ("tpot_shift", "ttft_shift", "tpot_p95", "e2e_p95", "output_throughput",
+             "spec_acceptance_length", "session_success_ratio", "tool_loop_failure_ratio")  # fmt: skip
     for name, rs in sorted(by_sc.items()):
         k = sum(r["verdict"] in FAILS for r in rs)
         lo, hi = wilson(k, len(rs))
@@ -326,6 +328,19 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
             f"scenario {name}: detected (worse or mixed, exit 3) {k}/{len(rs)} "
             f"(Wilson 95 % {lo:.0%}-{hi:.0%}); verdicts {', '.join(r['verdict'] for r in rs)}"
         )
+        med = []
+        for h in heads:
+            v = [
+                g["change"]
+                for r in rs
+                for g in r.get("gated_rows") or []
+                if g["scope"] == "overall" and g["metric"] == h and g["change"] is not None
+            ]
+            if v:
+                unit = "pp" if h.endswith("_ratio") else "%"
+                med.append(f"{h} {100 * statistics.median(v):+.1f} {unit}")
+        if med:
+            lines.append("  median overall change: " + ", ".join(med))
         for r in rs:
             if r["flags"]:
                 lines.append(f"  trial {r['i']}: {', '.join(r['flags'])}")

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as _sps
 
-from workload.analyze.blocks import apply_block_intervals
+from workload.analyze.blocks import apply_block_intervals, common_blocks
 from workload.analyze.bootstrap import Scope
 from workload.analyze.catalogue import (
     METRICS,
@@ -93,6 +93,7 @@ from workload.analyze.thresholds import (
     threshold_for,
 )
 from workload.analyze.traffic import (
+    VALIDATED_BLOCKS,
     VALIDATED_S,
     divergence_line,
     history_divergence,
@@ -413,10 +414,15 @@ def compare_runs(
     if not (dur[0] and dur[1]):
         warnings.append("run duration unknown; counts compared as totals")
     short = min((d for d in dur if d), default=None)
-    if short is not None and short < 0.9 * VALIDATED_S:  # a 60 s run lasts 56-59 s
+    nb = len(common_blocks(a, b))
+    per_block = short / nb if short is not None and nb >= 2 else short
+    if per_block is not None and (per_block < 0.9 * VALIDATED_S or 2 <= nb < VALIDATED_BLOCKS):
+        design = f"{nb} blocks x {per_block:.0f} s" if nb >= 2 else f"one run of {per_block:.0f} s"
         warnings.append(
-            f"run length {short:.0f} s is shorter than the {VALIDATED_S:.0f} s the verdict was "
-            "validated at (mixed on the simulator): the start-up wave is a larger share of it"
+            f"this comparison ({design}) is shorter than the design the verdict was validated "
+            f"at ({VALIDATED_BLOCKS} blocks x {VALIDATED_S:.0f} s of mixed on the simulator, "
+            "docs/canary-verdict-quality.md): fewer blocks widen the block intervals, shorter "
+            "blocks make the start-up wave a larger share"
         )
 
     rng = np.random.default_rng(seed)
