@@ -406,7 +406,7 @@ def canary_argparser(prog: str = "agentload canary") -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument(
         "--restart-per-block", action="store_true",
-        help="interleaved with started servers: restart the server for every block",
+        help="with started servers: restart them for every block (a cold start per block)",
     )  # fmt: skip
     p.add_argument(
         "--out", type=Path, default=None, help="output directory (default runs/canary-<time>)"
