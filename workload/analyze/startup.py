@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from workload.analyze.catalogue import (
     VERDICT_BETTER,
+    VERDICT_MIXED,
     VERDICT_NODATA,
     VERDICT_SAME,
     VERDICT_WORSE,
@@ -171,7 +172,9 @@ def add_startup(cmp: Comparison, flags: dict | None = None) -> None:
             cmp.thresholds[m.metric] = 100.0 * m.threshold
     gated = [m for m in rows if m.gated]
     if any(m.verdict == VERDICT_WORSE for m in gated):
-        cmp.verdict = VERDICT_WORSE
+        # worse start-up on top of better traffic metrics is a trade-off: mixed (exit 3 too)
+        better = any(m.gated and m.verdict == VERDICT_BETTER for m in cmp.metrics)
+        cmp.verdict = VERDICT_MIXED if better else VERDICT_WORSE
     elif cmp.verdict == VERDICT_SAME and any(m.verdict == VERDICT_BETTER for m in gated):
         cmp.verdict = VERDICT_BETTER
     if gated:
