@@ -17,7 +17,8 @@ is not ok or the value is not a finite number (estimate._latency), and so on per
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,12 @@ import numpy as np
 STATUS_CODES = {"ok": 0, "cancelled": 2}  # anything else: 1 (failed)
 OUTCOME_CODES = {"completed": 0, "tool_loop_failure": 1, "cancelled": 2}  # None: -1, other: 3
 LATS = ("ttft", "itl", "tpot", "e2e")
-REQ_FLOATS = ("cached", "ctok", "ptok", "sd_draft", "sd_acc", "sd_len")
+SESS_KEYS = ("session_id", "user_class", "slo_met", "status", "outcome", "steps_done")
+REQ_KEYS = (
+    *SESS_KEYS[:5], "step", "itl_ms", "ttft_ms", "tpot_ms", "e2e_ms", "cached_tokens",
+    "completion_tokens", "prompt_tokens", "spec_decode", "tool_calls", "stream",
+    "tool_loop_failure", "error_kind",
+)  # fmt: skip
 
 
 def _num(v: Any) -> float:
@@ -41,7 +47,7 @@ def _key(x: Any) -> Any:
     return x
 
 
-def _codes(vals: list, codes: dict[Any, int]) -> np.ndarray:
+def _codes(vals: Sequence, codes: dict[Any, int]) -> np.ndarray:
     """Integer code per value, new values numbered in order of first appearance."""
     try:
         out = [codes.setdefault(x, len(codes)) for x in vals]
@@ -50,7 +56,7 @@ def _codes(vals: list, codes: dict[Any, int]) -> np.ndarray:
     return np.asarray(out, dtype=np.int64).reshape(len(vals))
 
 
-def _lookup(vals: list, table: dict[str, int], default: int) -> list[int]:
+def _lookup(vals: Sequence, table: dict[str, int], default: int) -> list[int]:
     try:
         return [table.get(x, default) for x in vals]
     except TypeError:  # an unhashable value never matches a name
@@ -109,9 +115,19 @@ class Columns:
     def add(self, rows: list[dict]) -> None:
         """Append a block of rows."""
         n = len(rows)
+        # Every field in one C-level pass when the rows share the first row's keys (rows
+        # of one writer do); a row without one of them: per field with a default.
+        keys = [k for k in (REQ_KEYS if self.req else SESS_KEYS) if rows and k in rows[0]]
+        got: dict[str, tuple] = {}
+        if len(keys) > 1:
+            try:
+                got = dict(zip(keys, zip(*map(itemgetter(*keys), rows), strict=True), strict=True))
+            except KeyError:
+                got = {}
 
-        def col(key: str, default: Any = None) -> list:
-            return [r.get(key, default) for r in rows]
+        def col(key: str, default: Any = None) -> Sequence:
+            v = got.get(key)
+            return v if v is not None else [r.get(key, default) for r in rows]
 
         c: dict[str, np.ndarray] = {}
         c["sid"] = _codes(col("session_id", ""), self.ids)
@@ -243,7 +259,7 @@ class Table:
 _NUMBER_TYPES = {int, float, bool, type(None)}
 
 
-def _floats(vals: list, blank: np.ndarray | None) -> np.ndarray:
+def _floats(vals: Sequence, blank: np.ndarray | None) -> np.ndarray:
     """Numbers as floats, NaN for None and non-finite values (and where `blank`).
 
     Values of other types go through `_num` (NaN) one by one, as the row readers did.
