@@ -15,6 +15,7 @@ and prints wall time, CPU time, peak RSS of the child (psutil polling) and repor
     python bench/bench_analysis.py                  # 10k and 100k requests
     python bench/bench_analysis.py --sizes 1000000  # on demand: a million
     python bench/bench_analysis.py --paired         # B pairs with A by session (canary)
+    python bench/bench_analysis.py --dir /tmp/runs  # keep the runs, reuse them next time
 
 Figures depend on the machine and its load; nothing is asserted.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shutil
 import sys
 import tempfile
 import time
@@ -163,12 +165,22 @@ def main() -> None:
     ap.add_argument(
         "--paired", action="store_true", help="B records A's seed: sessions pair (seeded canary)"
     )
+    ap.add_argument(
+        "--dir", type=Path, help="keep the generated runs here (DIR/N[-paired]/A, B) and reuse them"
+    )
     args = ap.parse_args()
     print(f"{'requests':>9s} {'step':8s} {'wall s':>7s} {'cpu s':>6s} {'peak RSS MiB':>12s}  notes")
     for n in args.sizes:
         with tempfile.TemporaryDirectory(prefix="bench-analysis-") as tmp:
-            a, b = Path(tmp) / "A", Path(tmp) / "B"
-            gen_s = write_run(a, n, 1, 1.0) + write_run(b, n, 2, 1.05, 1 if args.paired else None)
+            root = Path(tmp) if args.dir is None else args.dir / f"{n}{'-paired' if args.paired else ''}"  # fmt: skip
+            a, b = root / "A", root / "B"
+            if not (a / "run.json").exists() or not (b / "run.json").exists():
+                for d in (a, b):
+                    if d.exists():
+                        shutil.rmtree(d)
+                gen_s = write_run(a, n, 1, 1.0) + write_run(b, n, 2, 1.05, 1 if args.paired else None)  # fmt: skip
+            else:
+                gen_s = 0.0
             size = (a / "requests.jsonl").stat().st_size / 2**20
             print(f"{n:9d} {'generate':8s} {gen_s:7.1f} {'':>6s} {'':>12s}  2 runs, "
                   f"requests.jsonl {size:.0f} MiB each", flush=True)  # fmt: skip

@@ -62,6 +62,8 @@ def test_windowed_quantiles_match_the_full_sum(trial, monkeypatch):
     n = len(cl)
     vals = np.round(rng.lognormal(0, 1, n), int(rng.integers(0, 3)))  # ties
     W = rng.multinomial(n_cl, np.full(n_cl, 1 / n_cl), size=150).astype(np.int32)
+    if trial % 2:
+        W = W.astype(np.float32)  # as Scope.weights draws them: window sums in float32
     if trial % 3 == 0:
         W[:, : n_cl // 2] = 0  # half the clusters never drawn
     if trial % 4 == 0:
@@ -79,6 +81,33 @@ def test_windowed_quantiles_match_the_full_sum(trial, monkeypatch):
 
         monkeypatch.setattr(B, "_boot_quantiles_full", no_full)
     assert np.array_equal(ref, B.boot_quantiles(vals, cl, W, qs), equal_nan=True)
+
+
+def test_wdot_is_numpys_product():
+    rng = np.random.default_rng(5)
+    W = rng.integers(0, 5, size=(203, 3001)).astype(np.float32)  # rows not a block multiple
+    for v in (
+        rng.integers(0, 10**6, 3001).astype(float),  # integers: blocks of rows, exact
+        rng.random(3001) * 100,  # fractions: numpy's own product
+        np.full(3001, 2.0**50),  # sums could pass 2**53: numpy's own product
+    ):
+        assert np.array_equal(B.wdot(W, v), W @ v)
+
+
+def test_block_reader_gives_the_line_reader_rows(tmp_path, monkeypatch):
+    from workload.measure import artifacts
+
+    lines = [b'{"a": 1}', b"[1]", b"", b"{", b'  {"b": 2}  ', b"\xff", b'{"c": 3}\r', b"null"] * 7
+    p = tmp_path / "requests.jsonl"
+    p.write_bytes(b"\n".join(lines) + b'\n{"torn": ')
+    for size in (1, 7, 64, 1 << 20):
+        monkeypatch.setattr(artifacts, "JSONL_CHUNK_BYTES", size)
+        for objects in (False, True):
+            s1: list[str] = []
+            s2: list[str] = []
+            want = list(artifacts.iter_jsonl(p, s1, objects=objects))
+            got = [r for rows in artifacts.iter_jsonl_chunks(p, s2, objects=objects) for r in rows]
+            assert (got, s2) == (want, s1)
 
 
 def write_pair(root: Path) -> tuple[Path, Path]:
@@ -163,3 +192,45 @@ def test_comparison_matches_the_golden_file(tmp_path, blocks):
     got = _digest(compare_runs(a, b, n_boot=200))
     want = json.loads(GOLDEN.read_text())["blocks" if blocks else "one"]
     assert got == want
+
+
+def test_side_tables_summed_while_reading_match_the_rows(tmp_path):
+    """Error kinds, acceptance histograms and tool-loop examples from the columns = from rows."""
+    from workload.analyze.rundata import load_run
+    from workload.analyze.serverinfo import class_histogram, spec_histogram
+    from workload.analyze.traffic import tool_loop_examples
+
+    rnd = random.Random(3)
+    for blk in range(2):
+        d = tmp_path / "r" / f"block-{blk}"
+        d.mkdir(parents=True)
+        rows = []
+        for i in range(400):
+            x = rnd.random()
+            r = {"session_id": f"s{i % 40}", "user_class": rnd.choice(["a", "b", None]),
+                 "step": i % 6, "t_start": float(rnd.randint(0, 50)), "status": "ok",
+                 "request_id": f"{blk}-{i}"}  # fmt: skip
+            if x < 0.2:
+                r.update(status=rnd.choice(["error", "cancelled"]),
+                         error_kind=rnd.choice(["timeout", "tool_loop", None]))  # fmt: skip
+            elif x < 0.3:
+                r["tool_loop_failure"] = "bad args"
+                r["tool_calls"] = [{"name": "t"}]
+            if rnd.random() < 0.5:
+                r["spec_decode"] = {"acceptance_histogram": [rnd.randint(0, 3)] * rnd.randint(1, 4)}
+            rows.append(r)
+        (d / "requests.jsonl").write_bytes(b"\n".join(map(orjson.dumps, rows)) + b"\n")
+        (d / "run.json").write_text("{}")
+    data = load_run(tmp_path / "r")
+    assert tool_loop_examples(data.req_cols.loop_rows()) == tool_loop_examples(data.requests)
+    for cls in ("a", "b", "", None):
+        assert class_histogram(data.req_cols, cls) == spec_histogram(data.requests, cls)
+    want: dict = {}
+    for r in data.requests:
+        if r.get("status", "ok") != "ok":
+            k = r.get("error_kind") or r.get("status") or "unknown"
+            want[k] = want.get(k, 0) + 1
+    from workload.analyze.serverinfo import error_kinds
+
+    got = error_kinds(data, [("overall", None)])["overall"]
+    assert list(got.items()) == list(want.items())

@@ -61,23 +61,63 @@ class Scope:
         return self.n_common / tot if tot else 0.0
 
     def weights(self, rng: np.random.Generator, n_boot: int) -> tuple[np.ndarray, np.ndarray]:
-        """Bootstrap multiplicities per cluster, shape (n_boot, clusters), for A and B."""
+        """Bootstrap multiplicities per cluster, shape (n_boot, clusters), for A and B.
 
-        def draw(n: int) -> np.ndarray:
+        Drawn in the order common, only A, only B, each straight into its columns of the
+        result (no stacking copies); when neither run has sessions of its own, A and B
+        get the same array.
+        """
+
+        def draw(n: int, out: np.ndarray) -> None:
             # float32 holds the small integer multiplicities exactly, and products with
             # per-cluster counts sum exactly in it below 2**24 (see _wsum).
-            out = np.empty((n_boot, n), dtype=np.float32)
             # Rows in chunks (same random stream as one (n_boot, n) draw, a fraction of the memory)
             step = max(1, DRAW_CHUNK // max(1, n))
+            # uint32 draws are the int64 ones (both take numpy's 32-bit bounded path below
+            # 2**32), in half the memory, and bincount reads them about twice as fast.
+            dt = np.uint32 if n <= 2**32 else np.int64
             for s in range(0, n_boot, step):
                 k = min(step, n_boot - s)
-                idx = rng.integers(0, n, size=(k, n))
+                idx = rng.integers(0, n, size=(k, n), dtype=dt)
                 for i in range(k):  # one row at a time: its counts stay in cache
                     out[s + i] = np.bincount(idx[i], minlength=n)
-            return out
 
-        c = draw(self.n_common)
-        return np.hstack([c, draw(self.n_only_a)]), np.hstack([c, draw(self.n_only_b)])
+        nc, na, nb = self.n_common, self.n_only_a, self.n_only_b
+        wa = np.empty((n_boot, nc + na), dtype=np.float32)
+        draw(nc, wa[:, :nc])
+        if not na and not nb:
+            return wa, wa
+        wb = np.empty((n_boot, nc + nb), dtype=np.float32)
+        wb[:, :nc] = wa[:, :nc]
+        draw(na, wa[:, nc:])
+        draw(nb, wb[:, nc:])
+        return wa, wb
+
+
+def row_totals(W: np.ndarray) -> float:
+    """The largest total weight of a bootstrap row (bounds the sums in `_wsum`, `wdot`)."""
+    return float(W.sum(axis=1, dtype=np.float64).max(initial=0))
+
+
+def wdot(W: np.ndarray, v: np.ndarray, wmax: float | None = None) -> np.ndarray:
+    """W @ v for float32 weights W and float64 v, without a float64 copy of all of W.
+
+    numpy computes W @ v on a float64 copy of W. When every value of v is an integer and
+    no sum can reach 2**53, every partial sum is exact, so any order of summation gives
+    those same numbers: W is cast a block of rows at a time. Otherwise, W @ v as is.
+    """
+    if W.dtype != np.float32 or v.dtype != np.float64 or W.ndim != 2 or not W.size:
+        return W @ v
+    big = float(np.abs(v).max(initial=0))
+    if wmax is None:
+        wmax = row_totals(W)
+    if not (wmax * big < 2**52 and np.array_equal(v, np.round(v))):
+        return W @ v
+    out = np.empty(W.shape[0])
+    step = max(1, 2_000_000 // W.shape[1])
+    for s in range(0, W.shape[0], step):
+        out[s : s + step] = W[s : s + step].astype(np.float64) @ v
+    return out
 
 
 def quantile_sorted(values: np.ndarray, q: float) -> float:
@@ -88,7 +128,11 @@ def quantile_sorted(values: np.ndarray, q: float) -> float:
 
 
 def boot_quantiles(
-    vals: np.ndarray, clusters: np.ndarray, W: np.ndarray, qs: list[float]
+    vals: np.ndarray,
+    clusters: np.ndarray,
+    W: np.ndarray,
+    qs: list[float],
+    wmax: float | None = None,
 ) -> np.ndarray:
     """Weighted inverted-CDF quantiles per bootstrap row: shape (len(qs), n_boot).
 
@@ -97,7 +141,8 @@ def boot_quantiles(
     value in every row (n_boot x n), the cumulative weight at a few pivots comes from one
     product with per-cluster counts (exact in float64: integers), and the cumulative sum runs
     only over a window around the point quantile that holds every row's answer (widened
-    until it does). The result is the same as the full sum, to the index.
+    until it does). The result is the same as the full sum, to the index. `wmax`:
+    `row_totals(W)`, when the caller has it.
     """
     order = np.argsort(vals, kind="stable")
     v = vals[order]
@@ -127,7 +172,13 @@ def boot_quantiles(
                 cnt[:, j] = np.bincount(cs[: p + 1], minlength=k_cl)
         return _wsum(W, cnt, wmax)
 
-    wmax = float(W.sum(axis=1, dtype=np.float64).max(initial=0))  # a row's total weight
+    if wmax is None:
+        wmax = row_totals(W)
+    # A row's cumulative weight never exceeds wmax x the largest cluster's count of values.
+    # Below 2**24, float32 sums it exactly: the window's cumulative sum runs in float32 then
+    # (half the memory of int64), compared with targets that float32 also holds exactly.
+    exact32 = wmax * float(sizes.max(initial=0)) < 2**24
+    cdt = np.float32 if W.dtype == np.float32 and exact32 else np.int64
     # One pass over W for the total and every quantile's window edges.
     edges = [(max(0, p0 - half), min(n - 1, p0 + half)) for _, p0, half in plan]
     cum = cum_at([n - 1] + [x for lo, hi in edges for x in (lo - 1, hi)])
@@ -143,8 +194,8 @@ def boot_quantiles(
             half *= 4  # a row outside the window: widen it
             lo, hi = max(0, p0 - half), min(n - 1, p0 + half)
             below, upto = cum_at([lo - 1, hi]).T
-        cw = np.cumsum(W[:, cs[lo : hi + 1]], axis=1, dtype=np.int64) + below[:, None]
-        k = lo + (cw >= target[:, None]).argmax(axis=1)
+        cw = np.cumsum(W[:, cs[lo : hi + 1]], axis=1, dtype=cdt)
+        k = lo + (cw >= (target - below).astype(cdt)[:, None]).argmax(axis=1)
         res = v[k].astype(float)
         res[empty] = np.nan
         out[j] = res

@@ -20,6 +20,8 @@ from workload.analyze.bootstrap import (
     cluster_sums,
     quantile_sorted,
     robust_se,
+    row_totals,
+    wdot,
 )
 from workload.analyze.catalogue import METRICS, QUANTILES, MetricDiff
 from workload.analyze.table import Rows
@@ -118,7 +120,9 @@ def _last_by_key(rows: Rows, lat: str) -> tuple[np.ndarray, np.ndarray]:
     return uk, v[first]
 
 
-def _shift_metric(scope_name: str, sc: Scope, name: str, Wa: np.ndarray) -> MetricDiff:
+def _shift_metric(
+    scope_name: str, sc: Scope, name: str, Wa: np.ndarray, wmax: float | None = None
+) -> MetricDiff:
     """Paired per-request shift: median over paired requests of log(B/A), cluster bootstrap.
 
     Only sessions in both runs carry paired requests, and those are the first
@@ -146,7 +150,7 @@ def _shift_metric(scope_name: str, sc: Scope, name: str, Wa: np.ndarray) -> Metr
     med = quantile_sorted(np.sort(lr), 0.5)
     m.change = math.expm1(med)
     cl = sc.cl_a[keys // sc.reqs[0].t.step_span]
-    boot = boot_quantiles(lr, cl, Wa, [0.5])[0]
+    boot = boot_quantiles(lr, cl, Wa, [0.5], wmax)[0]
     m.se = 0.0 if np.nanmax(np.abs(boot - med), initial=0) == 0 else robust_se(boot)
     return m
 
@@ -174,6 +178,8 @@ def scope_metrics(
     Wa, Wb = sc.weights(rng, n_boot)
     idx = (sc.cl_a, sc.cl_b)
     W = (Wa, Wb)
+    wa = row_totals(Wa)
+    wmax = (wa, wa if Wb is Wa else row_totals(Wb))
     ps = sc.pair_share
     lat_names: dict[str, list[str]] = {}
     for n in names:
@@ -200,7 +206,7 @@ def scope_metrics(
                 continue
             sv = np.sort(va)
             pts.append([quantile_sorted(sv, q) for q in qs])
-            boots.append(boot_quantiles(va, cl, W[side], qs))
+            boots.append(boot_quantiles(va, cl, W[side], qs, wmax[side]))
         for j, (qn, q) in enumerate(zip(qnames, qs, strict=True)):
             d = METRICS[qn]
             m = MetricDiff(scope_name, qn, d.unit, d.change, pts[0][j], pts[1][j], ns[0], ns[1])
@@ -213,7 +219,7 @@ def scope_metrics(
             out.append(m)
     for n in names:
         if METRICS[n].kind == "shift":
-            out.append(_shift_metric(scope_name, sc, n, Wa))
+            out.append(_shift_metric(scope_name, sc, n, Wa, wmax[0]))
     for n in names:
         d = METRICS[n]
         if d.kind in ("ratio", "mean"):
@@ -228,13 +234,16 @@ def scope_metrics(
                     pt.append(None)
                     bs.append(None)
                     continue
+                pt.append(float(_pysum(num) / sden))
+                if n in EXACT_RATIOS:  # judged on counts (_exact_counts), not resampled
+                    bs.append(None)
+                    continue
                 cla = idx[side][sid]
                 k = W[side].shape[1]
                 ns_num = cluster_sums(num, cla, k)
                 ns_den = cluster_sums(den, cla, k)
-                pt.append(float(_pysum(num) / sden))
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    bs.append((W[side] @ ns_num) / (W[side] @ ns_den))
+                    bs.append(wdot(W[side], ns_num, wmax[side]) / wdot(W[side], ns_den, wmax[side]))
             m = MetricDiff(scope_name, n, d.unit, d.change, pt[0], pt[1], ns[0], ns[1])
             m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
             if n in EXACT_RATIOS:
@@ -272,7 +281,7 @@ def scope_metrics(
                     else np.zeros(W[side].shape[1])
                 )
                 spt.append(float(toks.sum()) / per[side])
-                sbs.append((W[side] @ sums) / per[side])
+                sbs.append(wdot(W[side], sums, wmax[side]) / per[side])
             m = MetricDiff(
                 scope_name,
                 n,

@@ -10,28 +10,64 @@ workload.measure.artifacts (`read_json`, `iter_jsonl`), the one reader of them.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+import gc
 from pathlib import Path
 from typing import Any
 
 from workload.analyze.catalogue import CompareError
-from workload.measure.artifacts import iter_jsonl, read_json
+from workload.analyze.table import Columns
+from workload.measure.artifacts import iter_jsonl_chunks, read_json
 
 
-@dataclass
 class RunData:
-    """One run directory read into memory (blocks of an interleaved run merged)."""
+    """One run directory read into memory (blocks of an interleaved run merged).
 
-    path: Path
-    run: dict[str, Any]
-    requests: list[dict[str, Any]]
-    sessions: list[dict[str, Any]]
-    metrics: list[dict[str, Any]]
-    stats: dict[str, Any] | None
-    duration_s: float | None
-    # "file:line: why" for every JSONL line left out as corrupt (shown as a warning, not dropped
-    # silently); see workload.measure.artifacts.iter_jsonl
-    skipped: list[str] = field(default_factory=list)
+    The request and session rows are read into columns (`req_cols`, `sess_cols`:
+    workload.analyze.table.Columns), which is all a comparison needs. `requests` and
+    `sessions`, the rows as dicts, are kept only when `load_run(..., rows=True)` asked
+    for them (the run report), and read from the files again on first use otherwise.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        run: dict[str, Any],
+        req_cols: Columns,
+        sess_cols: Columns,
+        metrics: list[dict[str, Any]],
+        stats: dict[str, Any] | None,
+        duration_s: float | None,
+        skipped: list[str] | None = None,
+        block_durations: dict[str, float | None] | None = None,
+        rows: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None,
+    ) -> None:
+        self.path = path
+        self.run = run
+        self.req_cols, self.sess_cols = req_cols, sess_cols
+        self.metrics = metrics
+        self.stats = stats
+        self.duration_s = duration_s
+        # "file:line: why" for every JSONL line left out as corrupt (shown as a warning, not
+        # dropped silently); see workload.measure.artifacts.iter_jsonl
+        self.skipped = skipped or []
+        # Interleaved side: block name -> its duration (s); session ids carry "BLOCK:" prefixes.
+        self.block_durations = block_durations or {}
+        self._rows = rows
+
+    def _dicts(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        if self._rows is None:
+            self._rows = _read_rows(self.path, list(self.block_durations))
+        return self._rows
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """The request rows as dicts (read on first use unless loaded with rows=True)."""
+        return self._dicts()[0]
+
+    @property
+    def sessions(self) -> list[dict[str, Any]]:
+        """The session rows as dicts (read on first use unless loaded with rows=True)."""
+        return self._dicts()[1]
 
     @property
     def skipped_lines(self) -> int:
@@ -48,13 +84,9 @@ class RunData:
             f"{'s' if len(self.skipped) != 1 else ''}: {self.skipped[0]}{more}"
         )
 
-    # Interleaved side: block name -> its duration (s); session ids carry "BLOCK:" prefixes.
-    block_durations: dict[str, float | None] = field(default_factory=dict)
-
     @property
     def classes(self) -> list[str]:
-        names = {r.get("user_class") or "" for r in self.requests}
-        names |= {s.get("user_class") or "" for s in self.sessions}
+        names = {c or "" for c in self.req_cols.names} | {c or "" for c in self.sess_cols.names}
         return sorted(names)
 
 
@@ -67,17 +99,52 @@ def _parse_iso(s: Any) -> float | None:
         return None
 
 
-def _rows(run_dir: Path, kind: str, skipped: list[str]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def _files(run_dir: Path, kind: str, skipped: list[str]):
+    """Blocks of rows of `kind` over its worker files, in file order (corrupt lines skipped)."""
     for p in sorted(run_dir.glob(f"{kind}*.jsonl")):
         if not p.is_file():
             skipped.append(f"{p}: not a regular file")
             continue
         try:
-            rows.extend(iter_jsonl(p, skipped, objects=True))
+            yield from iter_jsonl_chunks(p, skipped, objects=True)
         except OSError as e:
             skipped.append(f"{p}: unreadable ({e.strerror or e})")
-    return rows
+
+
+def _rows(run_dir: Path, kind: str, skipped: list[str]) -> list[dict[str, Any]]:
+    return [r for rows in _files(run_dir, kind, skipped) for r in rows]
+
+
+def _columns(
+    run_dir: Path, kind: str, skipped: list[str], keep: list[dict[str, Any]] | None
+) -> Columns:
+    """`kind`'s rows as columns (and, given a list as `keep`, as dicts there too)."""
+    cols = Columns(kind == "requests")
+    # Millions of short-lived row dicts, none in a reference cycle: the cyclic collector
+    # would walk them over and over (a quarter of the time) and can find nothing.
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for rows in _files(run_dir, kind, skipped):
+            cols.add(rows)
+            if keep is not None:
+                keep.extend(rows)
+    finally:
+        if was:
+            gc.enable()
+    return cols.done()
+
+
+def _read_rows(path: Path, blocks: list[str]) -> tuple[list[dict], list[dict]]:
+    """The request and session rows as dicts; blocks merged with prefixed session ids."""
+    if not blocks:
+        return _rows(path, "requests", []), _rows(path, "sessions", [])
+    out: tuple[list[dict], list[dict]] = ([], [])
+    for b in blocks:
+        for kind, dest in (("requests", out[0]), ("sessions", out[1])):
+            for r in _rows(path / b, kind, []):
+                dest.append({**r, "session_id": f"{b}:{r.get('session_id', '')}"})
+    return out
 
 
 def _duration(run: dict[str, Any]) -> float | None:
@@ -88,7 +155,7 @@ def _duration(run: dict[str, Any]) -> float | None:
     return float(d) if isinstance(d, (int, float)) and d > 0 else None
 
 
-def _load_one(run_dir: Path) -> RunData:
+def _load_one(run_dir: Path, rows: bool = False) -> RunData:
     try:
         run = read_json(run_dir / "run.json")
     except FileNotFoundError:
@@ -105,44 +172,42 @@ def _load_one(run_dir: Path) -> RunData:
             stats = None
     skipped: list[str] = []
     metrics = _rows(run_dir, "metrics", skipped)
-    return RunData(
-        run_dir,
-        run,
-        _rows(run_dir, "requests", skipped),
-        _rows(run_dir, "sessions", skipped),
-        metrics,
-        stats,
-        _duration(run),
-        skipped,
-    )
+    keep: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = ([], []) if rows else None
+    reqs = _columns(run_dir, "requests", skipped, keep[0] if keep else None)
+    sess = _columns(run_dir, "sessions", skipped, keep[1] if keep else None)
+    return RunData(run_dir, run, reqs, sess, metrics, stats, _duration(run), skipped, rows=keep)
 
 
-def load_run(path: Path | str) -> RunData:
+def load_run(path: Path | str, *, rows: bool = False) -> RunData:
     """Read a run directory; a directory of `block-*` runs (interleaved canary) is merged.
 
     Session ids of blocks are prefixed with the block name, because every block
-    replays the same seeded sessions.
+    replays the same seeded sessions. `rows=True` also keeps the rows as dicts
+    (`RunData.requests` / `.sessions`), read in the same pass.
     """
     path = Path(path)
     if not path.is_dir():
         raise CompareError(f"{path}: not a run directory")
     blocks = sorted(p for p in path.glob("block-*") if p.is_dir())
     if not blocks:
-        data = _load_one(path)
-        if not data.requests and not data.sessions and not data.run:
+        data = _load_one(path, rows)
+        if not data.req_cols.n and not data.sess_cols.n and not data.run:
             raise CompareError(f"{path}: no run.json, requests*.jsonl or sessions*.jsonl")
         return data
-    parts = [_load_one(b) for b in blocks]
-    reqs, sess, mets = [], [], []
-    for b, d in zip(blocks, parts, strict=True):
-        for r in d.requests:
-            reqs.append({**r, "session_id": f"{b.name}:{r.get('session_id', '')}"})
-        for s in d.sessions:
-            sess.append({**s, "session_id": f"{b.name}:{s.get('session_id', '')}"})
-        mets.extend(d.metrics)
+    parts = [_load_one(b, rows) for b in blocks]
+    mets = [m for d in parts for m in d.metrics]
     durs = [d.duration_s for d in parts if d.duration_s]
     run = dict(parts[0].run)
     run["blocks"] = [b.name for b in blocks]
     skipped = [w for d in parts for w in d.skipped]
     bd = {b.name: d.duration_s for b, d in zip(blocks, parts, strict=True)}
-    return RunData(path, run, reqs, sess, mets, None, sum(durs) if durs else None, skipped, bd)
+    reqs = Columns.merge([(b.name, d.req_cols) for b, d in zip(blocks, parts, strict=True)])
+    sess = Columns.merge([(b.name, d.sess_cols) for b, d in zip(blocks, parts, strict=True)])
+    keep = None
+    if rows:
+        keep = ([], [])
+        for b, d in zip(blocks, parts, strict=True):
+            for src, dest in ((d.requests, keep[0]), (d.sessions, keep[1])):
+                dest.extend({**r, "session_id": f"{b.name}:{r.get('session_id', '')}"} for r in src)
+    dur = sum(durs) if durs else None
+    return RunData(path, run, reqs, sess, mets, None, dur, skipped, bd, keep)

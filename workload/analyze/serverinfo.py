@@ -11,18 +11,19 @@ from typing import Any
 import numpy as np
 
 from workload.analyze.rundata import RunData
+from workload.analyze.table import Columns, add_histogram
 from workload.observe.metrics import series_from_samples
 
 
 def error_kinds(data: RunData, scopes: list[tuple[str, str | None]]) -> dict[str, dict[str, int]]:
     """Failed requests counted by error kind, per scope (name, class or None for all)."""
     out: dict[str, dict[str, int]] = {}
+    counts = data.req_cols.error_counts  # (class, kind) -> failures, in order of first appearance
     for name, cls in scopes:
         kinds: dict[str, int] = {}
-        for r in data.requests:
-            if (cls is None or r.get("user_class") == cls) and r.get("status", "ok") != "ok":
-                k = r.get("error_kind") or r.get("status") or "unknown"
-                kinds[k] = kinds.get(k, 0) + 1
+        for (c, k), n in counts.items():
+            if cls is None or c == cls:
+                kinds[k] = kinds.get(k, 0) + n
         out[name] = kinds
     return out
 
@@ -37,6 +38,16 @@ def server_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         else:
             out[name] = {"mean": float(np.mean(vals)), "max": float(np.max(vals))}
     return out
+
+
+def class_histogram(cols: Columns, cls: str | None = None) -> list[int]:
+    """`spec_histogram` of a run's request rows read as columns (summed while reading)."""
+    if cls is not None:
+        return list(cols.spec_hists.get(cls, []))
+    tot: list[int] = []
+    for h in cols.spec_hists.values():
+        add_histogram(tot, h)
+    return tot
 
 
 def spec_histogram(requests: list[dict], cls: str | None = None) -> list[int]:

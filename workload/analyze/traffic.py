@@ -18,6 +18,10 @@ import json
 import statistics
 from typing import Any
 
+import numpy as np
+
+from workload.analyze.table import Pair
+
 # The run length the verdict's quality was measured at (mixed, simulator:
 # docs/canary-verdict-quality.md); shorter runs are judged but flagged.
 VALIDATED_S = 60.0
@@ -68,19 +72,16 @@ def _mean(xs: list[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
 
 
-def history_divergence(
-    reqs: tuple[list[dict], list[dict]], sess: tuple[list[dict], list[dict]]
-) -> dict[str, dict[str, float | None]]:
+def history_divergence(pair: Pair) -> dict[str, dict[str, float | None]]:
     """Per side: steps per session, prompt tokens per step, tool calls per step."""
     out: dict[str, dict[str, float | None]] = {}
-    for side, rq, ss in (("a", reqs[0], sess[0]), ("b", reqs[1], sess[1])):
-        ok = [r for r in rq if r.get("status", "ok") == "ok"]
+    for side, rq, ss in (("a", pair.req[0], pair.sess[0]), ("b", pair.req[1], pair.sess[1])):
+        ok = rq.status == 0
+        ptok = rq.ptok[ok]
         out[side] = {
-            "steps_per_session": _mean([float(s.get("steps_done") or 0) for s in ss]),
-            "prompt_tokens_per_step": _mean(
-                [float(r["prompt_tokens"]) for r in ok if r.get("prompt_tokens")]
-            ),
-            "tool_calls_per_step": _mean([float(len(r.get("tool_calls") or [])) for r in ok]),
+            "steps_per_session": _mean(ss.steps_done.tolist()),
+            "prompt_tokens_per_step": _mean(ptok[(ptok != 0) & ~np.isnan(ptok)].tolist()),
+            "tool_calls_per_step": _mean(rq.ntool[ok].astype(float).tolist()),
         }
     return out
 

@@ -79,7 +79,7 @@ from workload.analyze.catalogue import (
 from workload.analyze.estimate import min_samples, scope_metrics
 from workload.analyze.render import render_text as _render_text
 from workload.analyze.rundata import RunData, load_run
-from workload.analyze.serverinfo import error_kinds, server_summary, spec_histogram
+from workload.analyze.serverinfo import class_histogram, error_kinds, server_summary
 from workload.analyze.slices import gates_in_slice, slice_filters, spec_lines, where_lines
 from workload.analyze.table import Pair, Rows
 from workload.analyze.thresholds import (
@@ -407,7 +407,7 @@ def compare_runs(
     if differs:
         paired = False
         warnings.append(f"traffic differs ({'; '.join(differs)}); sessions not paired")
-    if not a.requests or not b.requests:
+    if not a.req_cols.n or not b.req_cols.n:
         warnings.append("a run has no request rows")
     classes = sorted(set(a.classes) | set(b.classes))
     dur = (a.duration_s, b.duration_s)
@@ -431,7 +431,7 @@ def compare_runs(
     scopes: list[tuple[str, str | None]] = [("overall", None)] + [
         (f"class:{c}", c) for c in classes
     ]
-    pair = Pair((a.requests, b.requests), (a.sessions, b.sessions))
+    pair = Pair((a.req_cols, b.req_cols), (a.sess_cols, b.sess_cols))
     req = (Rows(pair.req[0]), Rows(pair.req[1]))
     sess = (Rows(pair.sess[0]), Rows(pair.sess[1]))
     for name, cls in scopes:
@@ -538,10 +538,10 @@ def compare_runs(
         for r in (a, b)
     }
     if "actual" in hist:
-        divergence = history_divergence((a.requests, b.requests), (a.sessions, b.sessions))
+        divergence = history_divergence(pair)
         warnings.append(divergence_line(divergence))
     where = where_lines(metrics) + spec_lines(metrics)
-    loops = {"a": tool_loop_examples(a.requests), "b": tool_loop_examples(b.requests)}
+    loops = {"a": tool_loop_examples(a.req_cols.loop_rows()), "b": tool_loop_examples(b.req_cols.loop_rows())}  # fmt: skip
 
     ek = {"a": error_kinds(a, scopes), "b": error_kinds(b, scopes)}
     server = {"a": server_summary(a.metrics), "b": server_summary(b.metrics)}
@@ -551,8 +551,8 @@ def compare_runs(
             + ("A and B" if not (a.metrics or b.metrics) else ("A" if not a.metrics else "B"))
         )
     spec = {
-        "a": {c: spec_histogram(a.requests, c) for c in classes},
-        "b": {c: spec_histogram(b.requests, c) for c in classes},
+        "a": {c: class_histogram(a.req_cols, c) for c in classes},
+        "b": {c: class_histogram(b.req_cols, c) for c in classes},
     }
     return Comparison(
         a, b, metrics, fingerprint_diff(a.run, b.run), ek, server, spec, warnings,

@@ -157,6 +157,59 @@ def iter_jsonl(path: Path, skipped: list[str] | None = None, *, objects: bool = 
             yield row
 
 
+JSONL_CHUNK_BYTES = 1 << 24  # bytes read at once by iter_jsonl_chunks
+
+
+def iter_jsonl_chunks(path: Path, skipped: list[str] | None = None, *, objects: bool = False):
+    """`iter_jsonl`, a list of rows at a time (about JSONL_CHUNK_BYTES of lines each).
+
+    The same rows and the same ``skipped`` entries, at a fraction of the per-line cost:
+    each block of lines is parsed in one list comprehension, and only a block holding a
+    corrupt line goes through the line-by-line checks.
+    """
+    loads, err = orjson.loads, orjson.JSONDecodeError
+    with open(path, "rb") as fh:
+        first, tail = 1, b""  # line number of the block's first line; its unfinished end
+        while True:
+            buf = fh.read(JSONL_CHUNK_BYTES)
+            if buf:
+                buf = tail + buf
+                cut = buf.rfind(b"\n")
+                if cut < 0:
+                    tail = buf
+                    continue
+                lines, tail = buf[:cut].split(b"\n"), buf[cut + 1 :]
+            elif tail:
+                lines, tail = [tail], b""
+            else:
+                return
+            try:
+                rows = [loads(x) for x in lines if x.strip()]
+                fast = not objects or all(type(r) is dict for r in rows)
+            except err:
+                fast = False
+            if not fast:
+                rows = []
+                for n, line in enumerate(lines, first):
+                    line = line.strip()
+                    if not line:
+                        continue
+                    try:
+                        row = loads(line)
+                    except err:
+                        if skipped is not None:
+                            skipped.append(f"{path}:{n}: not JSON")
+                        continue
+                    if objects and not isinstance(row, dict):
+                        if skipped is not None:
+                            skipped.append(f"{path}:{n}: not a JSON object")
+                        continue
+                    rows.append(row)
+            first += len(lines)
+            if rows:
+                yield rows
+
+
 def read_records(
     run_dir: Path, kind: str, skipped: list[str] | None = None
 ) -> list[dict[str, Any]]:

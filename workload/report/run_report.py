@@ -93,7 +93,7 @@ def _charts(data: RunData, summary: dict, classes: list[str]) -> list[Chart]:
 
 def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
     """Write report.html for a run directory (default: RUN_DIR/report.html); return its path."""
-    data = load_run(run_dir)
+    data = load_run(run_dir, rows=True)
     out = Path(out) if out else Path(run_dir) / "report.html"
     summary = run_summary(data)
     classes = sorted((summary.get("by_class") or {}).keys()) or [c for c in data.classes if c]
