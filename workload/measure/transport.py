@@ -16,9 +16,9 @@ Tests inject a fake with the small :class:`Transport` protocol.
 from __future__ import annotations
 
 import errno
-from time import monotonic as _monotonic
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from time import monotonic as _monotonic
 from typing import Any, Protocol
 
 
