@@ -79,9 +79,8 @@ class SSEParser:
 
     def feed_data(self, chunk: bytes) -> list[bytes]:
         """Parse ``chunk``; return the data of the events it completed (see the class doc)."""
-        if not chunk:
-            return []
-        chunk = self._take(chunk)
+        if self._skip_lf:
+            chunk = self._take(chunk)
         if not chunk:
             return []
         buf = self._buf + chunk if self._buf else chunk
