@@ -8,7 +8,8 @@ geventhttpclient's connection pool and raw response ``readline()`` measured with
 ``read_some()``: whatever one socket read delivered, so a backlog of events costs one read and
 one stamp, not a readline per line (docs/performance.md). ``GeventTransport`` works
 inside Locust (monkey-patched) and in plain threads (each thread's own gevent hub). Socket
-timeouts (``TimeoutError`` from gevent sockets) become ``TransportError("stall")``; failures
+timeouts (``TimeoutError`` from gevent sockets, or from the one stall watchdog per streamed
+response that times its body reads) become ``TransportError("stall")``; failures
 are classified into ``records.ERROR_KINDS`` kinds here, so the client only records them.
 Tests inject a fake with the small :class:`Transport` protocol.
 """
