@@ -295,16 +295,16 @@ class _BufferedGeventResponse(_GeventResponse):
         """Runs in the hub when the watchdog's timer fires."""
         self._timer.close()
         self._timer = None
-        reader = self._reader
-        if reader is None or reader.dead:
+        reader, stall_s = self._reader, self._stall_s
+        if reader is None or reader.dead or stall_s is None:
             return
-        late = _monotonic() - (self._since + self._stall_s)
+        late = _monotonic() - (self._since + stall_s)
         if self._waiting and late >= 0:
             self._reader = None
             reader.throw(TimeoutError("timed out"))  # what a socket timeout raises
             return
         # reads made progress (or the reader is between reads): sleep until the newest deadline
-        self._start(loop, -late if self._waiting else self._stall_s)
+        self._start(loop, -late if self._waiting else stall_s)
 
     def _disarm(self) -> None:
         self._reader = None
