@@ -506,3 +506,15 @@ def test_record_carries_the_planned_tool():
     rec, _, _ = run(HAPPY, req=request(planned_tool="read_file"))
     assert rec.planned_tool == "read_file" and rec.to_json()["planned_tool"] == "read_file"
     assert run(HAPPY)[0].planned_tool is None
+
+
+def test_gap_rounding_is_round_to_the_microsecond():
+    """The ITL gaps skip a round() per gap; the floats are the ones round(d / 1e6, 3) gives,
+    ties (d % 1000 == 500) and negative gaps included."""
+    from workload.measure.client import _gaps_ms
+
+    ds = [0, 1, 499, 500, 501, 999, 1000, 1500, 2500, 20_000_500, 20_001_499, 123_456_789_500]
+    ds += [-1, -500, -1500, 7 * 10**12 + 500]
+    for d in ds:
+        assert repr(_gaps_ms([10**15, 10**15 + d])[0]) == repr(round(d / 1e6, 3)), d
+    assert _gaps_ms([5]) == []

@@ -123,3 +123,38 @@ def test_cr_inside_a_read_does_not_swallow_the_next_reads_lf():
     raw = b"data: a\r\rid: 7\ndata: b\n\n"
     cut = raw.index(b"\ndata: b")
     assert parse(raw[:cut], raw[cut:]) == parse(raw)
+
+
+# ---- feed_data: the client's path, the same parser without event objects ----
+
+
+def parse_data(*chunks: bytes) -> list[bytes]:
+    p = SSEParser()
+    out: list[bytes] = []
+    for c in chunks:
+        out.extend(p.feed_data(c))
+    out.extend(p.close_data())
+    return out
+
+
+_bytes_pieces = st.sampled_from(
+    [b"data: ", b"data:", b"data", b"event: x", b"id: 7", b"id: a\0b", b"retry: 12", b": c",
+     b"\n", b"\r\n", b"\r", b"\n\n", b'{"a":1}', b"\xe2\x82", b"\xac", b"\xff", b"x", b":"]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_feed_data_is_the_utf8_of_what_feed_gives(data):
+    """Any bytes (invalid UTF-8, CR/LF/CRLF, fields), any split: feed_data hands out the data
+    of the same events, as bytes that decode (with replacement) to what feed gives."""
+    raw = b"".join(data.draw(st.lists(_bytes_pieces, max_size=30)))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=6)))
+    pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=False)]
+    want = [e.data for e in parse(*pieces)]
+    assert [d.decode("utf-8", "replace") for d in parse_data(*pieces)] == want
+
+
+def test_feed_data_passes_data_bytes_through():
+    raw = b'data: {"a":1}\n\n: ping\ndata: l1\ndata:l2\n\ndata: \xff\n\ndata: [DONE]\n\n'
+    assert parse_data(raw[:9], raw[9:]) == [b'{"a":1}', b"l1\nl2", b"\xff", b"[DONE]"]

@@ -332,3 +332,70 @@ def test_real_backlog_read_at_once_shares_one_stamp_and_matches_line_reads(serve
     assert {k: v for k, v in a.items() if k not in skip} == {
         k: v for k, v in b.items() if k not in skip
     }
+
+
+def dripping(n: int, gap_s: float, *, then: str = "end"):
+    """A content chunk every ``gap_s`` for ``n`` chunks, then the end or a stall (silence)."""
+
+    def handler(conn, head):
+        conn.sendall(SSE_HEAD)
+        send_chunk(conn, sse(ROLE))
+        for i in range(n):
+            time.sleep(gap_s)
+            send_chunk(conn, sse(chunk({"content": f"{i} "})))
+        if then == "stall":
+            time.sleep(1.5)
+            return False
+        send_chunk(conn, sse(final_chunk()) + sse("[DONE]"))
+        conn.sendall(b"0\r\n\r\n")
+        return True
+
+    return handler
+
+
+def test_real_stream_longer_than_the_stall_timeout_is_no_stall(server_factory):
+    """The stall timeout bounds each silence, not the stream: the watchdog that times the body
+    reads sleeps again while bytes keep coming."""
+    srv = server_factory(dripping(8, 0.1))
+    client = Client(srv.url)
+    rec = client.exchange(real_request(stall_timeout_s=0.35))
+    second = client.exchange(real_request(stall_timeout_s=0.35))  # the reused socket as well
+    client.close()
+    for r in (rec, second):
+        assert r.status == "ok", r.error_detail
+        assert r.chunks == 8 and r.e2e_ms >= 800.0
+    assert srv.accepts == 1
+
+
+def test_real_stall_after_progress_fires_one_stall_timeout_after_the_last_bytes(server_factory):
+    srv = server_factory(dripping(5, 0.1, then="stall"))
+    client = Client(srv.url)
+    rec = client.exchange(real_request(stall_timeout_s=0.3))
+    client.close()
+    assert (rec.status, rec.error_kind) == ("error", "stall"), rec.error_detail
+    assert rec.error_detail.startswith("no bytes within the stall timeout")
+    assert rec.chunks == 5
+    last = rec.ttft_ms + sum(rec.itl_gaps_ms)  # when the last content arrived
+    assert 300.0 <= rec.e2e_ms - last < 1000.0  # about the stall timeout after it, not before
+
+
+def test_real_reused_socket_has_its_stall_timeout_for_the_next_headers(server_factory):
+    """A streamed reply's watchdog takes the socket's timeout off for the body; the next request
+    on the pooled socket has it again while it waits for response headers."""
+    calls = []
+
+    def handler(conn, head):
+        calls.append(head)
+        if len(calls) == 1:
+            return streaming(0.0)(conn, head)
+        time.sleep(1.5)  # silent before the headers
+        return False
+
+    srv = server_factory(handler)
+    client = Client(srv.url)
+    first = client.exchange(real_request())
+    second = client.exchange(real_request(stall_timeout_s=0.3))
+    client.close()
+    assert first.ok, first.error_detail
+    assert second.error_kind == "stall" and "headers" in second.error_detail
+    assert srv.accepts == 1

@@ -110,6 +110,17 @@ def _ms(ns: int) -> float:
     return round(ns / 1e6, 3)
 
 
+def _gaps_ms(times_ns: list[int]) -> list[float]:
+    """``_ms`` of each gap between consecutive stamps, without a ``round`` per gap (it is
+    measurable at 100+ chunks per request): d ns is d/1e6 ms rounded to 3 decimals, i.e.
+    (d + 500) // 1000 / 1000, exactly the float ``round(d / 1e6, 3)`` gives, except at a tie
+    (d % 1000 == 500: that one rounds the binary value of d / 1e6) and for d < 0 (-0.0)."""
+    return [
+        (d + 500) // 1000 / 1000 if d >= 0 and d % 1000 != 500 else round(d / 1e6, 3)
+        for d in [b - a for a, b in zip(times_ns, times_ns[1:], strict=False)]
+    ]
+
+
 def _pct(sorted_vals: list[float], q: float) -> float:
     """Linear-interpolated percentile (numpy's default) of a sorted, non-empty list."""
     pos = (len(sorted_vals) - 1) * q
@@ -129,6 +140,10 @@ def itl_summary(gaps_ms: list[float]) -> dict[str, float] | None:
         "p99": round(_pct(s, 0.99), 3),
         "max": s[-1],
     }
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
 
 
 def _excerpt(raw: bytes | str) -> str:
@@ -166,19 +181,25 @@ class _Reply:
 
     # --- streaming
 
-    def on_data(self, data: str, t_ns: int) -> None:
+    def on_data(self, data: bytes, t_ns: int) -> None:
+        """One event's data (UTF-8 bytes, as ``SSEParser.feed_data`` hands them out)."""
         self.events += 1
-        if data == "[DONE]":
+        if data == b"[DONE]":
             if self.done_ns is None:
                 self.done_ns = t_ns
             return
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
-            self._malformed(f"not JSON: {data[:200]!r}")
-            return
+            # what the SSE text says: bytes that are not UTF-8 read as U+FFFD, as a decoder would
+            text = data.decode("utf-8", "replace")
+            try:
+                obj = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                self._malformed(f"not JSON: {text[:200]!r}")
+                return
         if not isinstance(obj, dict):
-            self._malformed(f"not a JSON object: {data[:200]!r}")
+            self._malformed(f"not a JSON object: {_text(data)[:200]!r}")
             return
         if "error" in obj or obj.get("object") == "error":
             fail(self.rec, "bad_response", f"error event in stream: {_excerpt(data)}")
@@ -187,7 +208,7 @@ class _Reply:
             if self._chunk(obj):
                 self.content_times.append(t_ns)
         except (TypeError, AttributeError, ValueError) as e:
-            self._malformed(f"unexpected chunk shape ({e}): {data[:200]!r}")
+            self._malformed(f"unexpected chunk shape ({e}): {_text(data)[:200]!r}")
 
     def _malformed(self, detail: str) -> None:
         if self.bad is None:
@@ -205,24 +226,30 @@ class _Reply:
             if self.chat:
                 delta = ch.get("delta") or {}
                 content = delta.get("content")
-                if content:
+                if content:  # the common chunk: content bears; only tool calls can add to it
                     bearing = True
                     if primary:
                         self.text_parts.append(content)
-                if delta.get("reasoning_content") or delta.get("reasoning"):
-                    bearing = True
-                tcs = delta.get("tool_calls")
-                if tcs:
-                    bearing = True
-                    self._tool_deltas(tcs)
+                    if len(delta) > 1:
+                        tcs = delta.get("tool_calls")
+                        if tcs:
+                            self._tool_deltas(tcs)
+                else:
+                    if delta.get("reasoning_content") or delta.get("reasoning"):
+                        bearing = True
+                    tcs = delta.get("tool_calls")
+                    if tcs:
+                        bearing = True
+                        self._tool_deltas(tcs)
             else:
                 text = ch.get("text")
                 if text:
                     bearing = True
                     if primary:
                         self.text_parts.append(text)
-            if ch.get("finish_reason"):
-                self.rec.finish_reason = ch["finish_reason"]
+            finish = ch.get("finish_reason")
+            if finish:
+                self.rec.finish_reason = finish
         return bearing
 
     def _tool_deltas(self, tcs: list[dict[str, Any]]) -> None:
@@ -248,17 +275,18 @@ class _Reply:
             rec.response_id = obj["id"]
         if rec.model is None and obj.get("model"):
             rec.model = obj["model"]
-        if obj.get("system_fingerprint"):
-            rec.system_fingerprint = obj["system_fingerprint"]
+        fingerprint = obj.get("system_fingerprint")
+        if fingerprint:
+            rec.system_fingerprint = fingerprint
         usage = obj.get("usage")
-        if isinstance(usage, dict):
+        if usage is not None and isinstance(usage, dict):
             rec.prompt_tokens = usage.get("prompt_tokens")
             rec.completion_tokens = usage.get("completion_tokens")
             details = usage.get("prompt_tokens_details")
             if isinstance(details, dict):
                 rec.cached_tokens = details.get("cached_tokens")
         metrics = obj.get("metrics")
-        if isinstance(metrics, dict):
+        if metrics is not None and isinstance(metrics, dict):
             rec.server_metrics = metrics
             spec = metrics.get("speculative_decoding")
             rec.spec_decode = spec if isinstance(spec, dict) else None
@@ -461,6 +489,7 @@ class Client:
         read = getattr(resp, "read_some", None) or resp.readline
         clock = self._clock
         on_data = reply.on_data
+        feed = parser.feed_data
         head = b""  # first non-comment bytes, kept only to explain a stream without events
         t = clock()
         try:
@@ -476,10 +505,10 @@ class Client:
                     continue  # drain to the end so the connection can be reused
                 if len(head) < ERROR_EXCERPT_CHARS and line[:1] not in b":\r\n":
                     head += line
-                for ev in parser.feed(line):
-                    on_data(ev.data, t)
-            for ev in parser.close():
-                on_data(ev.data, t)
+                for data in feed(line):
+                    on_data(data, t)
+            for data in parser.close_data():
+                on_data(data, t)
         finally:
             if reply.events == 0 and head:
                 reply.bad = reply.bad or "no events"
@@ -506,8 +535,7 @@ class Client:
         rec.chunks = len(times)
         if times:
             rec.ttft_ms = _ms(times[0] - sent_ns)
-            # _ms inlined: one call per gap is measurable at 100+ chunks per request
-            gaps = [round((b - a) / 1e6, 3) for a, b in zip(times, times[1:], strict=False)]
+            gaps = _gaps_ms(times)
             rec.itl_gaps_ms = gaps
             rec.itl_ms = itl_summary(gaps)
             n = rec.completion_tokens

@@ -30,107 +30,151 @@ class SSEEvent:
 
 
 class SSEParser:
-    """Feed raw bytes with ``feed``; call ``close`` once at end of stream."""
+    """Feed raw bytes with ``feed``; call ``close`` once at end of stream.
 
-    __slots__ = ("_buf", "_skip_lf", "_data", "_event", "_last_id", "_retry", "_has_data")
+    ``feed_data`` / ``close_data`` are the same parser for a caller that only wants each
+    event's data: the UTF-8 bytes of what ``SSEEvent.data`` would hold, without building an
+    event object or decoding. Bytes that are not valid UTF-8 are passed through as they came;
+    ``.decode("utf-8", "replace")`` gives what ``feed`` returns. A parser is fed one way.
+    """
+
+    __slots__ = ("_buf", "_skip_lf", "_data", "_event", "_last_id", "_retry")
 
     def __init__(self) -> None:
         self._buf = b""  # bytes of an incomplete line
         self._skip_lf = False  # previous feed ended with "\r": a leading "\n" belongs to it
-        self._data: list[str] = []
-        self._has_data = False
+        self._data: list[bytes] = []  # the event's data lines so far (non-empty: has data)
         self._event = ""
         self._last_id: str | None = None  # persists across events, as the spec says
         self._retry: int | None = None
+
+    def _take(self, chunk: bytes) -> bytes:
+        """``chunk`` less a "\n" that ends a CRLF split across reads."""
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                return chunk[1:]
+        return chunk
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse ``chunk`` and return the events it completed (often none)."""
         if not chunk:
             return []
-        if self._skip_lf:
-            self._skip_lf = False
-            if chunk[:1] == b"\n":
-                chunk = chunk[1:]
-                if not chunk:
-                    return []
+        chunk = self._take(chunk)
+        if not chunk:
+            return []
         if not self._buf and chunk.find(b"\n") == len(chunk) - 1 and b"\r" not in chunk:
             # fast path: exactly one LF-terminated line, which is what readline() hands us
-            ev = self._line(chunk[:-1])
-            return [] if ev is None else [ev]
-        buf = self._buf + chunk if self._buf else chunk
+            if self._line(chunk[:-1]):
+                ev = self._dispatch()
+                return [] if ev is None else [ev]
+            return []
         events: list[SSEEvent] = []
-        if b"\r" not in buf:
-            # fast path: LF-only lines, many per read (a socket read with a backlog of events)
-            lines = buf.split(b"\n")
-            self._buf = lines.pop()
-            line = self._line
-            for raw in lines:
-                ev = line(raw)
+        for raw in self._lines(chunk):
+            if self._line(raw):
+                ev = self._dispatch()
                 if ev is not None:
                     events.append(ev)
-            return events
+        return events
+
+    def feed_data(self, chunk: bytes) -> list[bytes]:
+        """Parse ``chunk``; return the data of the events it completed (see the class doc)."""
+        if self._skip_lf:
+            chunk = self._take(chunk)
+        if not chunk:
+            return []
+        buf = self._buf + chunk if self._buf else chunk
+        if b"\r" in buf:
+            lines = self._lines(chunk)
+        else:  # LF-only lines, many per read (a socket read with a backlog of events)
+            lines = buf.split(b"\n")
+            self._buf = lines.pop()
+        out: list[bytes] = []
+        data = self._data
+        for raw in lines:
+            if not raw:  # blank line: dispatch
+                if data:
+                    out.append(data[0] if len(data) == 1 else b"\n".join(data))
+                    data = self._data = []
+                self._event = ""
+            elif raw[:6] == b"data: ":  # the common line
+                data.append(raw[6:])
+            else:
+                self._line(raw)  # appends to the same ``data`` list
+        return out
+
+    def _lines(self, chunk: bytes) -> list[bytes]:
+        """The complete lines of the buffer plus ``chunk`` (CR, LF or CRLF); keeps the rest."""
+        buf = self._buf + chunk if self._buf else chunk
+        if b"\r" not in buf:
+            lines = buf.split(b"\n")
+            self._buf = lines.pop()
+            return lines
+        lines = []
         start = 0
         for m in _LINE_END.finditer(buf):
-            ev = self._line(buf[start : m.start()])
-            if ev is not None:
-                events.append(ev)
+            lines.append(buf[start : m.start()])
             start = m.end()
         # Only a "\r" that ends this read can be the first half of a CRLF split across reads.
         if start == len(buf) and buf[-1:] == b"\r":
             self._skip_lf = True
         self._buf = buf[start:]
-        return events
+        return lines
 
     def close(self) -> list[SSEEvent]:
         """End of stream: flush an unterminated last line and a pending event."""
-        events: list[SSEEvent] = []
         if self._buf:
-            ev = self._line(self._buf)
+            self._line(self._buf)
             self._buf = b""
-            if ev is not None:
-                events.append(ev)
         ev = self._dispatch()
-        if ev is not None:
-            events.append(ev)
-        return events
+        return [] if ev is None else [ev]
 
-    def _line(self, raw: bytes) -> SSEEvent | None:
+    def close_data(self) -> list[bytes]:
+        """``close`` for ``feed_data``: the data of a pending event, if any."""
+        if self._buf:
+            self._line(self._buf)
+            self._buf = b""
+        data = self._data
+        self._data = []
+        self._event = ""
+        return [b"\n".join(data)] if data else []
+
+    def _line(self, raw: bytes) -> bool:
+        """Take one line; True when it is blank (the caller dispatches)."""
         if not raw:
-            return self._dispatch()
-        if raw[:6] == b"data: ":  # the common line, decoded as the general path below would
-            self._data.append(raw[6:].decode("utf-8", "replace"))
-            self._has_data = True
-            return None
+            return True
+        if raw[:6] == b"data: ":  # the common line
+            self._data.append(raw[6:])
+            return False
         if raw[:1] == b":":  # comment / keep-alive
-            return None
-        line = raw.decode("utf-8", "replace")
-        name, sep, value = line.partition(":")
-        if sep and value[:1] == " ":
+            return False
+        # Field names are ASCII and b":" never occurs inside a UTF-8 sequence, so splitting the
+        # bytes gives what splitting the decoded line would; values are decoded where kept.
+        name, sep, value = raw.partition(b":")
+        if sep and value[:1] == b" ":
             value = value[1:]
-        if name == "data":
+        if name == b"data":
             self._data.append(value)
-            self._has_data = True
-        elif name == "event":
-            self._event = value
-        elif name == "id":
-            if "\0" not in value:
-                self._last_id = value
-        elif name == "retry" and value.isascii() and value.isdigit():
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif name == b"id":
+            if b"\0" not in value:
+                self._last_id = value.decode("utf-8", "replace")
+        elif name == b"retry" and value.isdigit():  # bytes.isdigit: ASCII digits only
             self._retry = int(value)
-        return None
+        return False
 
     def _dispatch(self) -> SSEEvent | None:
-        if not self._has_data:
+        data = self._data
+        if not data:
             self._event = ""
             return None
-        data = self._data
         ev = SSEEvent(
-            data=data[0] if len(data) == 1 else "\n".join(data),
+            data=(data[0] if len(data) == 1 else b"\n".join(data)).decode("utf-8", "replace"),
             event=self._event or "message",
             id=self._last_id,
             retry=self._retry,
         )
         self._data = []
-        self._has_data = False
         self._event = ""
         return ev
