@@ -527,7 +527,11 @@ def compare_runs(
                 for m in weak
             )
         )
-    nodata = [f"{m.scope} {m.metric}" for m in gated if m.verdict == VERDICT_NODATA]
+    nodata = [  # rows with no sample on either side do not apply (a non-streamed class's TTFT)
+        f"{m.scope} {m.metric}"
+        for m in gated
+        if m.verdict == VERDICT_NODATA and max(m.n_a, m.n_b) > 0
+    ]
     if nodata:
         warnings.append("not enough data to judge: " + ", ".join(nodata))
     divergence = None
