@@ -552,10 +552,19 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         help="re-judge the trial-* directories under these paths",
     )
+    p.add_argument(
+        "--min-trial", type=int, default=0,
+        help="--reanalyze: only trials numbered from this on (e.g. those run after a rule change)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     results = []
     if args.reanalyze:
-        dirs = sorted(d for root in args.reanalyze for d in root.glob("*trial-*"))
+        dirs = sorted(
+            d
+            for root in args.reanalyze
+            for d in root.glob("*trial-*")
+            if int(d.name.rpartition("trial-")[2]) >= args.min_trial
+        )
         for d in dirs:
             if not ((d / "baseline").exists() and (d / "candidate").exists()):
                 continue
