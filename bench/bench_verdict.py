@@ -62,10 +62,6 @@ SCENARIOS: dict[str, dict] = {
     "structured-fallback": {"sets": ["spec_fallback_structured=true"]},
     "upgrade": {"preset": "vllm-0.29-v2"},
     "malformed5": {"sets": ["malformed_tool_rate=0.05"], "run_args": ["--set", "history=actual"]},
-    # The tail trade-off the issue saw on real servers (TTFT better, TPOT/ITL p95 worse): the
-    # upgrade's larger KV pool admits more sequences per batch, and here each extra sequence
-    # costs more decode time (decode_ms_per_seq 0.04 -> 0.15), so streams slow per token.
-    "tradeoff": {"preset": "vllm-0.29-v2", "sets": ["decode_ms_per_seq=0.15"]},
 }
 
 
