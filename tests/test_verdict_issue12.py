@@ -241,3 +241,16 @@ def test_a_small_class_flags_worse_but_does_not_hold_the_verdict(tmp_path):
     cmp = compare_runs(a, c)
     assert _row(cmp, "class:interactive", "session_success_ratio").verdict == VERDICT_WORSE
     assert cmp.exit_code == 3
+
+
+def test_unknown_compare_field_in_a_recorded_profile_is_ignored(tmp_path):
+    """A run written by a newer agentload may carry a compare field this one does not know."""
+    a = write_run(tmp_path / "a", classes=_one_class(120))
+    b = write_run(tmp_path / "b", classes=_one_class(120), noise_seed=2)
+    for d in (a, b):
+        p = d / "run.json"
+        run = json.loads(p.read_text())
+        run["profile"]["compare"] = {"ttft_p95_pct": 10, "future_metric_pct": 5}
+        p.write_text(json.dumps(run))
+    cmp = compare_runs(a, b)
+    assert "future_metric" not in cmp.thresholds and cmp.thresholds["ttft_p95"] == 10

@@ -122,6 +122,8 @@ def resolve_thresholds(run_a: dict, run_b: dict, flags: dict | None) -> dict[str
                 name, val = _metric_name(str(k)), _pct(v)
             except (TypeError, ValueError):
                 continue
+            if name.split(".")[-1] not in METRICS:
+                continue  # a field of a newer agentload's profile: not a metric this one knows
             out[name] = val
             scope, dot, base = name.rpartition(".")
             shift = _SHIFT_OF.get(base)
