@@ -139,8 +139,7 @@ def rules_out(gated: list[MetricDiff], limit: int = 5) -> str:
     for m in gated:
         if m.scope != "overall" or m.eq_bound is None or m.verdict == VERDICT_NODATA:
             continue
-        unit = "%" if m.change_kind == "relative" else "pp"
-        out.append(f"{metric_label(m)} {100 * m.eq_bound:+.1f} {unit}")
+        out.append(f"{metric_label(m)} {fmt_bound(m)}")
     return ", ".join(out[:limit])
 
 

@@ -182,15 +182,22 @@ class Comparison:
         return _render_text(self)
 
 
-def _exact_interval(m: MetricDiff, tail: float) -> tuple[float, float]:
+def _exact_interval(counts: tuple[int, int, int, int], tail: float) -> tuple[float, float]:
     """Newcombe's interval for pB - pA from Clopper-Pearson (exact) intervals per side."""
-    xa, na, xb, nb = m.counts or (0, 1, 0, 1)
+    xa, na, xb, nb = counts
     level = 1 - 2 * tail
     la, ua = _sps.binomtest(xa, na).proportion_ci(level, method="exact")
     lb, ub = _sps.binomtest(xb, nb).proportion_ci(level, method="exact")
     pa, pb = xa / na, xb / nb
     d = pb - pa
     return d - math.hypot(pb - lb, ua - pa), d + math.hypot(ub - pb, pa - la)
+
+
+def _quantile(m: MetricDiff, tail: float) -> float:
+    """The one-sided quantile for `tail`: Student's t with blocks - 1 df for block rows, else normal."""
+    if m.method == "blocks" and m.blocks >= 2:
+        return float(_sps.t.ppf(1 - tail, m.blocks - 1))
+    return float(_sps.norm.ppf(1 - tail))
 
 
 def _judge(m: MetricDiff, tail: float) -> None:
@@ -204,7 +211,7 @@ def _judge(m: MetricDiff, tail: float) -> None:
         m.verdict = VERDICT_NODATA
         return
     if m.method == "exact" and m.counts:
-        lo, hi = _exact_interval(m, tail)
+        lo, hi = _exact_interval(m.counts, tail)
         xa, na, xb, nb = m.counts
         m.p_value = float(_sps.fisher_exact([[xb, nb - xb], [xa, na - xa]])[1])
         significant = m.p_value < 2 * tail and m.change != 0
@@ -216,12 +223,7 @@ def _judge(m: MetricDiff, tail: float) -> None:
             hi = min(hi, -1e-12)
         m.ci = (lo, hi)
     else:
-        q = (
-            float(_sps.t.ppf(1 - tail, m.blocks - 1))
-            if m.method == "blocks" and m.blocks >= 2
-            else float(_sps.norm.ppf(1 - tail))
-        )
-        half = q * m.se
+        half = _quantile(m, tail) * m.se
         if m.change_kind == "relative":
             lc = math.log1p(m.change)
             lo, hi = math.expm1(lc - half), math.expm1(lc + half)
@@ -274,23 +276,19 @@ def _equivalence(m: MetricDiff, alpha: float, gate_tail: float) -> None:
     sign = 1.0 if m.higher_is_worse else -1.0
     if m.method == "exact" and m.counts and m.scope.startswith("class:"):
         _, na, _, nb = m.counts
-        best = MetricDiff(m.scope, m.metric, m.unit, m.change_kind, 0.0, 0.0, na, nb)
-        best.counts = (0, na, 0, nb)
-        floor = _exact_interval(best, alpha)[1]
+        floor = _exact_interval((0, na, 0, nb), alpha)[1]  # no events on either side
         if floor >= m.threshold:
             m.underpowered = floor
             return
     if m.method == "exact" and m.counts:
-        lo, hi = _exact_interval(m, alpha)
+        lo, hi = _exact_interval(m.counts, alpha)
         pt, t = sign * m.change, m.threshold
         ub = max(sign * lo, sign * hi)
         gate_ub = max(sign * m.ci[0], sign * m.ci[1]) if m.ci else ub
         h_eq, h_gate = max(ub - pt, 0.0), max(gate_ub - pt, 0.0)
         m.eq_bound = sign * ub
     else:
-        df = m.blocks - 1 if m.method == "blocks" and m.blocks >= 2 else None
-        q_eq = float(_sps.t.ppf(1 - alpha, df) if df else _sps.norm.ppf(1 - alpha))
-        q_gate = float(_sps.t.ppf(1 - gate_tail, df) if df else _sps.norm.ppf(1 - gate_tail))
+        q_eq = _quantile(m, alpha)
         if m.change_kind == "relative":
             if m.change <= -1 or (not m.higher_is_worse and m.threshold >= 1):
                 return
@@ -302,7 +300,7 @@ def _equivalence(m: MetricDiff, alpha: float, gate_tail: float) -> None:
             pt, t = sign * m.change, m.threshold
             ub = pt + q_eq * m.se
             m.eq_bound = sign * ub
-        h_eq, h_gate = q_eq * m.se, q_gate * m.se
+        h_eq, h_gate = q_eq * m.se, _quantile(m, gate_tail) * m.se
     if ub < t:
         return
     m.verdict = VERDICT_INCONCLUSIVE
@@ -321,7 +319,7 @@ def _settle(metrics: list[MetricDiff], a: RunData, blocks: int) -> dict[str, Any
         return None
     factors = [m.settle_factor for m in open_rows if m.settle_factor]
     f = max(factors) if factors else None
-    sessions = len(a.sessions)
+    sessions = a.sess_cols.n  # not len(a.sessions): that re-reads every row as a dict
     dur = a.duration_s
     out: dict[str, Any] = {
         "metrics": [f"{m.scope} {m.metric}" for m in open_rows],
