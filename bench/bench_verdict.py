@@ -38,7 +38,7 @@ from workload.analyze.catalogue import VERDICT_MIXED, VERDICT_SAME, VERDICT_WORS
 
 FAILS = (VERDICT_WORSE, VERDICT_MIXED)  # verdicts that exit 3
 from workload.analyze.verdict import compare_runs  # noqa: E402
-from workload.run.canary import run_canary  # noqa: E402
+from workload.run.canary import DEFAULT_BLOCKS, run_canary  # noqa: E402
 from workload.sim.launcher import SimProcess  # noqa: E402
 
 
@@ -87,7 +87,7 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
     baseline vs candidate the regression trial: both are measured the same way, under the
     same host load.
     """
-    from workload.run.canary import _launch, _run_sides, _strip_opts, run_command, traffic_plan
+    from workload.run.canary import _launch, _run_sides, block_args, run_command, traffic_plan
 
     name, sc = scenario_of(args, i)
     run_args = [
@@ -121,21 +121,22 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
                 ]
             ]
         else:
-            base = _strip_opts(run_args, ("--duration", "--seed"))
+            bs = plan["duration_s"]
             groups = [
                 [
                     (
                         f"{n} block-{b}",
                         run_command(
-                            sp.url, out / n / f"block-{b}",
-                            [*base, "--duration", f"{plan['duration_s']:g}s", "--seed", str(plan["seed"] + b)],
+                            sp.url,
+                            out / n / f"block-{b}",
+                            block_args(run_args, plan["seed"], b, bs),
                         ),
                         out / n / f"block-{b}.log",
                     )
                     for n, sp in sims.items()
                 ]
                 for b in range(args.blocks)
-            ]  # fmt: skip
+            ]
         codes = _run_sides(groups, plan["duration_s"] + 300.0, _launch)
     finally:
         for sp in sims.values():
@@ -513,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         "trade-off (with --scale 1.0); default: --preset",
     )
     p.add_argument(
-        "--blocks", type=int, default=5,
+        "--blocks", type=int, default=DEFAULT_BLOCKS,
         help="blocks per side, each one run of --duration (the canary's default design: 5)",
     )  # fmt: skip
     p.add_argument(

@@ -46,6 +46,7 @@ from workload.analyze.catalogue import CompareError
 from workload.analyze.options import QuietParser, add_verdict_options, run_cli
 from workload.analyze.startup import add_startup, split_startup_flags
 from workload.analyze.thresholds import parse_threshold_flags
+from workload.analyze.traffic import VALIDATED_BLOCKS
 from workload.analyze.verdict import compare_runs
 from workload.errors import EXIT_BAD_INPUT, EXIT_REGRESSION, UsageError
 from workload.procs import die_with_parent, stop_child
@@ -72,7 +73,8 @@ MODES = ("simultaneous", "sequential", "interleaved")
 # The default design: 5 blocks per side, each one run of the profile's length (mixed: 60 s,
 # so 5 minutes side by side, 10 minutes alternating on one GPU). Measured in
 # docs/canary-verdict-quality.md; 5 blocks give the between-instance t-interval 4 df.
-DEFAULT_BLOCKS = 5
+# It is the design the verdict was validated at, so one constant serves both.
+DEFAULT_BLOCKS = VALIDATED_BLOCKS
 SIDES = ("baseline", "candidate")
 
 # A run that never ends is a bug somewhere; give up after its duration plus this.
@@ -183,8 +185,8 @@ def _run_sides(
     return codes
 
 
-def design(duration_s: float, mode: str, blocks: int, block_s: float | None) -> tuple[int, float]:
-    """(blocks per side, seconds per block) of a canary.
+def block_seconds(duration_s: float, mode: str, blocks: int, block_s: float | None) -> float:
+    """Seconds per block of a canary with `blocks` blocks per side (checked).
 
     A block is one paired run of the traffic: `block_s`, else the run's duration (the
     profile's, or --duration). Each block uses its own seed (fresh sessions, paired across
@@ -198,7 +200,13 @@ def design(duration_s: float, mode: str, blocks: int, block_s: float | None) -> 
     bs = float(block_s) if block_s else float(duration_s)
     if not bs >= 1.0:
         raise CanaryError(f"--block-s must be at least 1 s, got {bs:g}")
-    return blocks, bs
+    return bs
+
+
+def block_args(run_args: Sequence[str], seed: int, i: int, block_s: float) -> list[str]:
+    """`agentload run` arguments of block i: the run's, with the block's length and seed S+i."""
+    base = _strip_opts(run_args, ("--duration", "--seed"))
+    return [*base, "--duration", f"{block_s:g}s", "--seed", str(seed + i)]
 
 
 def run_canary(
@@ -257,34 +265,33 @@ def run_canary(
             out,
         )
 
-    n, bs = design(plan["duration_s"], mode, blocks, block_s)
-    if n == 1:
+    bs = block_seconds(plan["duration_s"], mode, blocks, block_s)
+    if blocks == 1:
         groups = (
             [[job(s, out_dir / s, run_args)] for s in SIDES]
             if mode == "sequential"
             else [[job(s, out_dir / s, run_args) for s in SIDES]]
         )
     else:
-        base = _strip_opts(run_args, ("--duration", "--seed"))
 
         def block_job(side: str, i: int) -> Job:
-            args = [*base, "--duration", f"{bs:g}s", "--seed", str(plan["seed"] + i)]
+            args = block_args(run_args, plan["seed"], i, bs)
             return job(side, out_dir / side / f"block-{i}", args)
 
         if mode == "simultaneous":
-            groups = [[block_job(s, i) for s in SIDES] for i in range(n)]
+            groups = [[block_job(s, i) for s in SIDES] for i in range(blocks)]
         elif mode == "sequential":
-            groups = [[block_job(s, i)] for s in SIDES for i in range(n)]
+            groups = [[block_job(s, i)] for s in SIDES for i in range(blocks)]
         else:
             groups = []
-            for i in range(n):
+            for i in range(blocks):
                 order = SIDES if i % 4 in (0, 3) else SIDES[::-1]  # AB BA BA AB: drift cancels
                 groups += [[block_job(side, i)] for side in order]
         timeout = bs + GRACE_S
     sides_at_once = 2 if mode == "simultaneous" else 1
     print(
-        f"agentload canary: {mode}, {n} block{'s' if n > 1 else ''} x {bs:g} s per side "
-        f"(about {n * bs * 2 / sides_at_once / 60:.1f} min of traffic)",
+        f"agentload canary: {mode}, {blocks} block{'s' if blocks > 1 else ''} x {bs:g} s per side "
+        f"(about {blocks * bs * 2 / sides_at_once / 60:.1f} min of traffic)",
         flush=True,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
