@@ -141,20 +141,30 @@ def iter_jsonl(path: Path, skipped: list[str] | None = None, *, objects: bool = 
     """
     with open(path, "rb") as fh:
         for n, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                if skipped is not None:
-                    skipped.append(f"{path}:{n}: not JSON")
-                continue
-            if objects and not isinstance(row, dict):
-                if skipped is not None:
-                    skipped.append(f"{path}:{n}: not a JSON object")
-                continue
-            yield row
+            row = _parse_line(line, n, path, skipped, objects)
+            if row is not _SKIP:
+                yield row
+
+
+_SKIP = object()  # _parse_line: the line gives no row (blank, corrupt, or not an object)
+
+
+def _parse_line(line: bytes, n: int, path: Path, skipped: list[str] | None, objects: bool) -> Any:
+    """One JSONL line's row, or _SKIP (a corrupt line is noted in ``skipped``)."""
+    line = line.strip()
+    if not line:
+        return _SKIP
+    try:
+        row = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        if skipped is not None:
+            skipped.append(f"{path}:{n}: not JSON")
+        return _SKIP
+    if objects and not isinstance(row, dict):
+        if skipped is not None:
+            skipped.append(f"{path}:{n}: not a JSON object")
+        return _SKIP
+    return row
 
 
 JSONL_CHUNK_BYTES = 1 << 24  # bytes read at once by iter_jsonl_chunks
@@ -188,23 +198,12 @@ def iter_jsonl_chunks(path: Path, skipped: list[str] | None = None, *, objects: 
                 fast = not objects or all(type(r) is dict for r in rows)
             except err:
                 fast = False
-            if not fast:
-                rows = []
-                for n, line in enumerate(lines, first):
-                    line = line.strip()
-                    if not line:
-                        continue
-                    try:
-                        row = loads(line)
-                    except err:
-                        if skipped is not None:
-                            skipped.append(f"{path}:{n}: not JSON")
-                        continue
-                    if objects and not isinstance(row, dict):
-                        if skipped is not None:
-                            skipped.append(f"{path}:{n}: not a JSON object")
-                        continue
-                    rows.append(row)
+            if not fast:  # a corrupt line in the block: line by line, as iter_jsonl
+                parsed = (
+                    _parse_line(line, n, path, skipped, objects)
+                    for n, line in enumerate(lines, first)
+                )
+                rows = [r for r in parsed if r is not _SKIP]
             first += len(lines)
             if rows:
                 yield rows
