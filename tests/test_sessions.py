@@ -316,6 +316,54 @@ def test_tool_loop_failures(rec, reason):
     assert s.next_step() is None
 
 
+def test_truncated_tool_call_names_max_tokens():
+    s = actual().new_session("agent", 0, 0)
+    s.next_step()
+    s.observe(
+        RequestRecord(step=1, tool_calls=[call(valid=False, args='{"pa')], finish_reason="length")
+    )
+    assert s.reason == "malformed tool call (cut off at max_tokens)"
+
+
+def test_actual_tool_steps_leave_room_for_the_call():
+    # output.tokens 40 < the 256 default: a step that expects a call sends room for it; the
+    # same profile scripted sends the drawn 40, and the floor draws nothing from the stream.
+    st = actual().new_session("agent", 0, 0).next_step()
+    assert st.expects_tool_call and st.max_tokens == 256
+    assert orjson.loads(st.body)["max_tokens"] == 256
+    floor = actual({"classes": {"agent": {"output": {"tool_call_tokens": 16}}}})
+    assert floor.new_session("agent", 0, 0).next_step().max_tokens == 40
+    assert make().new_session("agent", 0, 0).next_step().max_tokens == 40
+
+
+def test_actual_context_reanchors_on_the_servers_prompt_count():
+    # A server whose chat template wraps each tool call in 40 more tokens than the planner
+    # can know: over a long session that drift would pass max_model_len; the planner takes
+    # the server's usage.prompt_tokens instead, so every request still fits.
+    p = actual({"classes": {"agent": {"steps": 60, "max_steps": 60}}}, max_model_len=8192)
+    s = p.new_session("agent", 0, 0)
+
+    def server_count(body):
+        msgs = body["messages"]
+        calls = [c for m in msgs for c in m.get("tool_calls") or []]
+        args = sum(TOK.count(c["function"]["arguments"]) for c in calls)
+        return sum(content_tokens(m) for m in msgs) + 8 * len(msgs) + args + 40 * len(calls)
+
+    fixed = None
+    while (st := s.next_step()) is not None:
+        body = orjson.loads(st.body)
+        if fixed is None:  # tools and template constants, from the first (call-free) prompt
+            fixed = st.prompt_tokens_est - server_count(body)
+        prompt = fixed + server_count(body)
+        assert prompt + st.max_tokens <= 8192, (st.step, prompt, st.max_tokens)
+        rec = RequestRecord(
+            step=st.step, tool_calls=[call(cid=f"c{st.step}")], prompt_tokens=prompt,
+            completion_tokens=12,
+        )  # fmt: skip
+        s.observe(rec)
+    assert s.compactions >= 2 and s.steps_done == 60
+
+
 def test_step_budget_exceeded():
     s = actual({"classes": {"agent": {"max_steps": 3, "steps": 2}}}).new_session("agent", 0, 0)
     steps = play(s, lambda st: RequestRecord(step=st.step, tool_calls=[call(cid=f"c{st.step}")]))

@@ -260,9 +260,8 @@ def test_actual_history_malformed_tool_calls_are_tool_loop_failures(
     reqs = read_jsonl(tmp_path / "run", "requests")
     agent = [s for s in sessions if s["user_class"] == "agent"]
     assert agent
-    assert {(s["outcome"], s["reason"]) for s in agent} == {
-        ("tool_loop_failure", "malformed tool call")
-    }
+    assert {s["outcome"] for s in agent} == {"tool_loop_failure"}
+    assert all(s["reason"].startswith("malformed tool call") for s in agent), agent
     calls = [c for r in reqs if r["user_class"] == "agent" for c in r["tool_calls"]]
     assert calls and all(c["arguments_valid"] is False for c in calls)
     # Session outcomes are counted here; summary.overall.tool_loop_failures counts only

@@ -20,6 +20,7 @@ SMALL = [  # quickstart, shrunk: short outputs, few steps, every non-final step 
     "classes.agent.steps={dist: constant, value: 3}",
     "classes.agent.output.tokens={dist: constant, value: 24}",
     "classes.agent.tool_call_probability=1.0",
+    "classes.agent.output.tool_call_tokens=24",  # actual mode: keep tool steps at 24 too
 ]
 
 
@@ -77,7 +78,8 @@ def test_actual_history_random_model_tool_calls_are_tool_loop_failures(
     for s, recs in drive(planner, client, "agent", 3):
         assert all(r.ok for r in recs), [(r.error_kind, r.error_detail) for r in recs]
         assert s.outcome == "tool_loop_failure", (s.outcome, s.reason)
-        assert s.reason == reason
+        # A random model never closes the call: it is cut off at max_tokens, and says so.
+        assert s.reason.startswith(reason), s.reason
         assert len(recs) == 1  # the first step expected a call; the session ends there
         if stream:
             (call,) = recs[0].tool_calls

@@ -144,6 +144,16 @@ class OutputSpec(_M):
         description="Send vLLM `ignore_eos: true` so the server generates exactly max_tokens.",
     )
     min_tokens: bool = Field(False, description="Send vLLM `min_tokens` equal to max_tokens.")
+    tool_call_tokens: int = Field(
+        256,
+        ge=1,
+        description=(
+            "Under `history: actual`, a step that expects a tool call sends at least this "
+            "max_tokens: a harness leaves room for the whole call, and a call cut off at "
+            "max_tokens is a tool-loop failure (reason 'malformed tool call (cut off at "
+            "max_tokens)'). Scripted steps send `tokens` as drawn."
+        ),
+    )
 
 
 class ContextPolicy(_M):

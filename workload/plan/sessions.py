@@ -391,6 +391,10 @@ class Session:
         )
         out = out_dist.sample_int(sizes, lo=1)
         expects = k < self.steps_planned and plan.random() < spec.tool_call_probability
+        if actual and expects:
+            # The reply is the history: leave room for the whole call (no extra draw, so
+            # the rest of the session's random stream is unchanged).
+            out = max(out, spec.output.tool_call_tokens)
         planned_tool = None
         if expects:
             planned_tool = self._c.tool_names[
@@ -418,6 +422,10 @@ class Session:
         c = self._c
         new_tokens = sum(m.tokens for m in new)
         limit = self._p.max_model_len
+        if limit is not None and self._p.profile.history == "actual":
+            # The last reply's chat-template tokens are counted only when the server reports
+            # the next prompt (observe re-anchors on usage.prompt_tokens): keep room for them.
+            limit -= _CALL_TOKENS
         total = c.fixed + self._ctx + new_tokens + out
         over_policy = c.compact_at is not None and c.fixed + self._ctx + new_tokens > c.compact_at
         floor = c.spec.context.summary_tokens + 2 * MSG_OVERHEAD + _CALL_TOKENS
@@ -565,13 +573,19 @@ class Session:
             )
 
     def _observe_actual(self, record: RequestRecord, cur: StepRequest) -> bool:
+        # Re-anchor the context count on the server's prompt count: replies come back as
+        # text and calls whose chat-template tokens the planner can only estimate, and the
+        # estimate would drift past max_model_len over a long session.
+        if isinstance(record.prompt_tokens, int) and cur.prompt_tokens_est is not None:
+            self._ctx = max(0, self._ctx + record.prompt_tokens - cur.prompt_tokens_est)
         calls = record.tool_calls or []
         if cur.planned_tool is not None and not calls:
             self._end("tool_loop_failure", "missing tool call")
             return False
         for c in calls:
             if not c.get("arguments_valid", True):
-                self._end("tool_loop_failure", "malformed tool call")
+                cut = " (cut off at max_tokens)" if record.finish_reason == "length" else ""
+                self._end("tool_loop_failure", "malformed tool call" + cut)
                 return False
             if c.get("name") not in self._c.spec.tools:
                 self._end("tool_loop_failure", f"unknown tool {c.get('name')!r}")
