@@ -106,6 +106,38 @@ def test_ctrl_c_to_the_process_group(tmp_path: Path) -> None:
     assert not _left_running(out)
 
 
+def test_ctrl_c_while_locust_starts(tmp_path: Path) -> None:
+    # The moment the Locust child exists it is still importing locust and gevent (about a
+    # second): a Ctrl-C then ends the run with one line, no traceback from the child.
+    out = tmp_path / "run"
+    proc = _start(out)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            kids = psutil.Process(proc.pid).children(recursive=True)
+            if any("workload.locust.launch" in " ".join(k.cmdline()) for k in kids):
+                break
+            time.sleep(0.02)
+        else:
+            pytest.fail(f"Locust never started: {proc.communicate(timeout=30)}")
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=40)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr + stdout and "KeyboardInterrupt" not in stderr, stderr
+    if (out / "run.json").exists():  # rarely: the run had begun; its own last line says so
+        last = stdout.strip().splitlines()[-1]
+        assert last.startswith("agentload: exit 130: interrupted (SIGINT)"), last
+    else:
+        last = stderr.strip().splitlines()[-1]
+        assert last == (
+            "agentload: exit 130: interrupted (SIGINT) before the run started; nothing was measured"
+        ), last
+    assert not _left_running(out)
+
+
 def test_sigterm_to_a_backgrounded_run(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = _start(out, ignore_sigint=True)

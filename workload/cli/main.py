@@ -262,7 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         # Ctrl-C before the run started (loading, probing, starting the simulator).
-        print(f"agentload: exit {EXIT_SIGINT}: interrupted before the run started", file=sys.stderr)
+        print(
+            f"agentload: exit {EXIT_SIGINT}: interrupted (SIGINT) before the run started; "
+            "nothing was measured",
+            file=sys.stderr,
+        )
         return EXIT_SIGINT
 
 

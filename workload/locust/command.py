@@ -17,9 +17,10 @@ LOCUSTFILE = Path(__file__).parent / "locustfile.py"
 
 
 def locust_argv(spec: RunSpec, *, python: str = sys.executable) -> list[str]:
-    """`python -m locust ...` for this run: the spec as --agent-spec, Locust's options from it."""
+    """`python -m workload.locust.launch ...` (Locust, quiet on an early Ctrl-C) for this run:
+    the spec as --agent-spec, Locust's options from it."""
     cmd = [
-        python, "-m", "locust", "-f", str(LOCUSTFILE),
+        python, "-m", "workload.locust.launch", "-f", str(LOCUSTFILE),
         "--host", spec.host,
         "--users", str(spec.users),
         "--spawn-rate", str(spec.spawn_rate),

@@ -33,15 +33,29 @@ SAME_STOP_S = 0.25  # signals this close together are one stop
 HARD_STOP_AFTER_S = 60.0  # after a stop signal, the child gets this long to write its summary
 
 
+READY_FD_ENV = "AGENTLOAD_READY_FD"  # workload.locust.launch writes one byte here when it runs
+
+
 def run_child(cmd: list[str], out: str | Path) -> int:
     """Run the Locust command to its end; return the run's exit status."""
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # A signal during the child's interpreter start-up (before any of its Python runs) would
+    # end it with "Fatal Python error" and a traceback; until it says it runs, a stop kills it
+    # instead (it has measured nothing yet).
+    ready_r, ready_w = os.pipe()
+    os.set_blocking(ready_r, False)
+    env[READY_FD_ENV] = str(ready_w)
     received: list[int] = []
-    proc = subprocess.Popen(  # noqa: PLW1509 - preexec_fn: die with this process
-        cmd, env=env, preexec_fn=die_with_parent(signal.SIGTERM), start_new_session=True
-    )
-    previous = {sig: signal.signal(sig, _forwarder(proc, received)) for sig in FORWARDED}
+    try:
+        proc = subprocess.Popen(  # noqa: PLW1509 - preexec_fn: die with this process
+            cmd, env=env, preexec_fn=die_with_parent(signal.SIGTERM), start_new_session=True,
+            pass_fds=(ready_w,),
+        )  # fmt: skip
+    finally:
+        os.close(ready_w)
+    early = _Starting(ready_r)
+    previous = {sig: signal.signal(sig, _forwarder(proc, received, early)) for sig in FORWARDED}
     try:
         code = _wait(proc, received)
     finally:
@@ -50,6 +64,18 @@ def run_child(cmd: list[str], out: str | Path) -> int:
             # while the simulator shuts down) must not turn the exit code into a traceback.
             signal.signal(sig, signal.SIG_IGN if received else handler)
         _kill_group(proc.pid)  # forked workers that outlived their master, if any
+        os.close(ready_r)
+    if received and (early.killed or not (Path(out) / "run.json").exists()):
+        # Stopped while Locust was still starting (killed here, or workload.locust.launch
+        # exited quietly): there is no run, so the run's own last line never came.
+        status = exit_code_for_signal(received[0])
+        print(
+            f"agentload: exit {status}: interrupted ({_name(received[0])}) before the run "
+            "started; nothing was measured",
+            file=sys.stderr,
+            flush=True,
+        )
+        return status
     if code >= 0:
         return code
     # The child itself was killed: its last line is missing, so say what happened here.
@@ -64,7 +90,22 @@ def run_child(cmd: list[str], out: str | Path) -> int:
     return status
 
 
-def _forwarder(proc: subprocess.Popen, received: list[int]) -> Callable[[int, object], None]:
+class _Starting:
+    """Whether the child's Python code runs yet (one byte on the ready pipe)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.ready, self.killed = fd, False, False
+
+    def running(self) -> bool:
+        if not self.ready:
+            with contextlib.suppress(BlockingIOError, OSError):
+                self.ready = bool(os.read(self.fd, 1))
+        return self.ready
+
+
+def _forwarder(
+    proc: subprocess.Popen, received: list[int], early: _Starting
+) -> Callable[[int, object], None]:
     last = [0.0]
 
     def forward(signum: int, _frame: object) -> None:
@@ -76,7 +117,10 @@ def _forwarder(proc: subprocess.Popen, received: list[int]) -> Callable[[int, ob
         last[0] = now
         received.append(signum)
         with contextlib.suppress(ProcessLookupError):
-            if len(received) <= 2:
+            if not early.running():
+                early.killed = True
+                os.killpg(proc.pid, signal.SIGKILL)
+            elif len(received) <= 2:
                 proc.send_signal(signum)  # the first: stop; the second: stop at once
             else:
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -1,0 +1,37 @@
+"""`python -m workload.locust.launch ARGS`: Locust's command line, quiet on an early Ctrl-C.
+
+`agentload run` starts Locust as a child in the same process group, so a Ctrl-C reaches
+both. Once Locust runs it stops cleanly on SIGINT; before that (importing locust and
+gevent, loading the locustfile: about a second) the signal would end the child with
+a KeyboardInterrupt traceback under the parent's one-line "interrupted" message. Here
+it ends with the SIGINT exit status and nothing printed: the parent says what happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+from workload.errors import EXIT_SIGINT
+
+
+def main() -> int:
+    try:
+        # Tell `agentload run` this process runs Python code now: from here a Ctrl-C is a
+        # KeyboardInterrupt caught below (before this, the parent kills it instead).
+        fd = os.environ.pop("AGENTLOAD_READY_FD", None)
+        if fd is not None:
+            with contextlib.suppress(OSError, ValueError):
+                os.write(int(fd), b"1")
+                os.close(int(fd))
+        from locust.main import main as locust_main
+
+        locust_main()  # exits through sys.exit with Locust's own status
+    except KeyboardInterrupt:
+        return EXIT_SIGINT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
