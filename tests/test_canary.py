@@ -129,6 +129,67 @@ def test_regression_exits_3(tmp_path):
     )
 
 
+def test_early_stop_ends_a_clear_regression_at_the_first_look(tmp_path, capsys):
+    fake = FakeLauncher(1.3)
+    code = run_canary(
+        BASE, CAND, ["--duration", "30s", "--seed", "7"], tmp_path, launch=fake, early_stop=True
+    )
+    assert code == 3
+    assert len(fake.calls) == 6  # 3 blocks per side of 5
+    d = json.loads((tmp_path / "comparison.json").read_text())
+    early = d["canary"]["early_stop"]
+    assert early["stopped_after_blocks"] == 3 and d["blocks"] == 3
+    # two interim looks (after 3 and 4 blocks) share a tenth of alpha 0.05
+    assert early["looks"] == [{"blocks": 3, "alpha": 0.0025, "verdict": "worse"}]
+    assert any("stopped early after 3 of 5 blocks" in w for w in d["warnings"])
+    assert not any(w.startswith("this comparison (") for w in d["warnings"])
+    out = capsys.readouterr().out
+    assert "interim look after 3 of 5 blocks (alpha 0.0025): worse; stopping early" in out
+
+
+def test_early_stop_that_does_not_settle_runs_the_design_at_the_rest_of_alpha(tmp_path):
+    fake = FakeLauncher()  # no change, but a threshold too tight to settle at the interim level
+    run_canary(
+        BASE, CAND, ["--duration", "30s", "--seed", "7"], tmp_path, launch=fake, early_stop=True,
+        thresholds={"ttft_shift": 0.002},
+    )  # fmt: skip
+    d = json.loads((tmp_path / "comparison.json").read_text())
+    early = d["canary"]["early_stop"]
+    assert [lk["blocks"] for lk in early["looks"]] == [3, 4]
+    assert all(lk["verdict"] == "inconclusive" for lk in early["looks"])
+    assert early["stopped_after_blocks"] is None and early["alpha_final"] == 0.045
+    assert len(fake.calls) == 10 and d["blocks"] == 5
+    assert abs(d["method"]["confidence"] - 0.955) < 1e-9
+
+
+def test_help_lists_early_stop(capsys):
+    assert main_canary(["--help"]) == 0
+    assert "--early-stop" in capsys.readouterr().out
+
+
+def test_early_stop_passes_only_once_the_tails_gate(tmp_path, capsys):
+    # After 3 blocks the tails and work done do not gate yet (they need 4): an A/A canary
+    # that is settled there goes on, and may pass from the 4th block on.
+    fake = FakeLauncher()
+    run_canary(
+        BASE, CAND, ["--duration", "30s", "--seed", "7"], tmp_path, launch=fake, early_stop=True
+    )  # fmt: skip
+    looks = json.loads((tmp_path / "comparison.json").read_text())["canary"]["early_stop"]["looks"]
+    assert looks[0]["blocks"] == 3
+    out = capsys.readouterr().out
+    assert f"interim look after 3 of 5 blocks (alpha 0.0025): {looks[0]['verdict']}; going on" in out
+    assert len(fake.calls) >= 8
+
+
+@pytest.mark.parametrize("mode, blocks", [("sequential", 5), ("simultaneous", 3)])
+def test_early_stop_needs_looks_before_the_end(tmp_path, mode, blocks):
+    with pytest.raises(CanaryError, match="--early-stop needs --blocks > 3"):
+        run_canary(
+            BASE, CAND, ["--duration", "20s"], tmp_path, mode=mode, blocks=blocks,
+            launch=FakeLauncher(), early_stop=True,
+        )  # fmt: skip
+
+
 def test_interleaved_abba_blocks_with_fresh_seeds(tmp_path):
     fake = FakeLauncher()
     code = run_canary(

@@ -42,10 +42,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from workload.analyze.catalogue import CompareError
+from workload.analyze.catalogue import (
+    VERDICT_INCONCLUSIVE,
+    VERDICT_MIXED,
+    VERDICT_WORSE,
+    CompareError,
+)
 from workload.analyze.options import QuietParser, add_verdict_options, run_cli
 from workload.analyze.startup import add_startup, split_startup_flags
-from workload.analyze.thresholds import parse_threshold_flags
+from workload.analyze.thresholds import MIN_BLOCKS, parse_threshold_flags
 from workload.analyze.traffic import VALIDATED_BLOCKS
 from workload.analyze.verdict import compare_runs
 from workload.errors import EXIT_BAD_INPUT, EXIT_REGRESSION, UsageError
@@ -76,6 +81,15 @@ MODES = ("simultaneous", "sequential", "interleaved")
 # It is the design the verdict was validated at, so one constant serves both.
 DEFAULT_BLOCKS = VALIDATED_BLOCKS
 SIDES = ("baseline", "candidate")
+
+# --early-stop: interim looks from this many paired blocks on (the t-interval's 2 df; a
+# regression may stop the canary there, a pass only from MIN_BLOCKS on, where the tails and
+# work done gate as in the full design), which together spend this share of alpha
+# (Haybittle-Peto style: only strong evidence stops a canary early); the last look keeps
+# the rest. By the union bound "worse" and "no detectable
+# change" each stay wrong in at most alpha of canaries over all looks together.
+EARLY_FIRST_LOOK = 3
+EARLY_ALPHA_SHARE = 0.1
 
 # A run that never ends is a bug somewhere; give up after its duration plus this.
 GRACE_S = 300.0
@@ -155,10 +169,12 @@ def _run_sides(
     timeout_s: float,
     launch: Launcher,
     before: Callable[[list[Job]], None] | None = None,
+    after: Callable[[], bool] | None = None,
 ) -> dict[str, int]:
     """Run job groups one after another; the jobs inside a group run at once.
 
-    `before(group)` runs first for each group (the canary's servers start there).
+    `before(group)` runs first for each group (the canary's servers start there);
+    `after()` runs after each group, and True stops the schedule there (early stop).
     """
     codes: dict[str, int] = {}
     for group in jobs:
@@ -182,6 +198,8 @@ def _run_sides(
                 raise CanaryError(
                     f"{name} run failed with bad input (exit 2); see its log under --out"
                 )
+        if after is not None and after():
+            break
     return codes
 
 
@@ -227,6 +245,7 @@ def run_canary(
     servers: dict[str, ServerSpec] | None = None,
     restart_per_block: bool = False,
     probe: Probe = probe_ready,
+    early_stop: bool = False,
 ) -> int:
     """Run both sides, compare, write comparison.json / compare.html, print the verdict.
 
@@ -266,6 +285,11 @@ def run_canary(
         )
 
     bs = block_seconds(plan["duration_s"], mode, blocks, block_s)
+    if early_stop and (mode == "sequential" or blocks <= EARLY_FIRST_LOOK):
+        raise CanaryError(
+            f"--early-stop needs --blocks > {EARLY_FIRST_LOOK} and simultaneous or interleaved "
+            "mode (sequential runs every baseline block first: nothing to look at before the end)"
+        )
     if blocks == 1:
         groups = (
             [[job(s, out_dir / s, run_args)] for s in SIDES]
@@ -302,8 +326,9 @@ def run_canary(
             recs = pool.ensure([j[3] for j in group], restart=restart_per_block)
             startups.extend((j[4], recs[j[3]]) for j in group if j[3] in recs)
 
+    looks = _EarlyStop(out_dir, blocks, thresholds, confidence, n_boot) if early_stop else None
     try:
-        _run_sides(groups, timeout, launch, start_servers)
+        _run_sides(groups, timeout, launch, start_servers, looks.look if looks else None)
     except StartupFailure as e:
         assert pool is not None
         return _startup_verdict(e, pool, out_dir, mode, run_args)
@@ -313,13 +338,16 @@ def run_canary(
         for run_dir, rec in startups:  # after the stop, so the record has its stop time
             attach_startup(run_dir, rec)
 
-    cmp = compare_runs(
-        out_dir / "baseline",
-        out_dir / "candidate",
-        thresholds,
-        confidence=confidence,
-        n_boot=n_boot,
-    )
+    if looks is not None and looks.stopped is not None:
+        cmp = looks.stopped  # the interim comparison that settled it
+    else:
+        cmp = compare_runs(
+            out_dir / "baseline",
+            out_dir / "candidate",
+            thresholds,
+            confidence=looks.final_confidence() if looks else confidence,
+            n_boot=n_boot,
+        )
     add_startup(cmp, startup_flags)
     from workload.measure.artifacts import write_json
 
@@ -330,6 +358,8 @@ def run_canary(
         "candidate": urls["candidate"],
         "run_args": list(run_args),
     }
+    if looks is not None:
+        d["canary"]["early_stop"] = looks.record()
     if pool is not None:
         d["canary"]["servers"] = pool.records
     write_json(out_dir / "comparison.json", d)
@@ -340,6 +370,100 @@ def run_canary(
         write_compare_report(cmp, out_dir / "compare.html")
         print(f"report: {out_dir / 'compare.html'}")
     return cmp.exit_code
+
+
+class _EarlyStop:
+    """--early-stop: after each paired block from EARLY_FIRST_LOOK on (not the last), judge
+    the blocks so far at an interim alpha; a verdict other than inconclusive stops the
+    canary there. The interim looks share EARLY_ALPHA_SHARE of alpha; the last look (or the
+    full design, when nothing stopped it) is judged at the rest."""
+
+    def __init__(
+        self,
+        out_dir: Path,
+        blocks: int,
+        thresholds: dict | None,
+        confidence: float | None,
+        n_boot: int,
+    ) -> None:
+        self.out_dir, self.blocks, self.thresholds = out_dir, blocks, thresholds
+        self.confidence, self.n_boot = confidence, n_boot
+        self.n_looks = blocks - EARLY_FIRST_LOOK  # interim looks at 3 .. blocks-1 blocks
+        self.alpha: float | None = None  # the canary's alpha (set at the first look)
+        self.looks: list[dict[str, Any]] = []
+        self.stopped: Any = None  # the Comparison that stopped the canary
+
+    def _done(self) -> int:
+        """Paired blocks finished on both sides (each block a complete run)."""
+        n = 0
+        while all(
+            (self.out_dir / side / f"block-{n}" / "run.json").is_file() for side in SIDES
+        ):
+            n += 1
+        return n
+
+    def _base_alpha(self) -> float:
+        if self.alpha is None:
+            if self.confidence is not None:
+                self.alpha = 1.0 - self.confidence
+            else:  # the profile's compare.alpha, as compare_runs would read it
+                from workload.analyze.rundata import load_run
+
+                run = load_run(self.out_dir / "candidate" / "block-0").run
+                prof = run.get("profile") if isinstance(run.get("profile"), dict) else {}
+                alpha = (prof.get("compare") or {}).get("alpha", 0.05)
+                self.alpha = float(alpha) if isinstance(alpha, (int, float)) else 0.05
+        return self.alpha
+
+    def interim_alpha(self) -> float:
+        return self._base_alpha() * EARLY_ALPHA_SHARE / self.n_looks
+
+    def final_confidence(self) -> float:
+        return 1.0 - self._base_alpha() * (1.0 - EARLY_ALPHA_SHARE)
+
+    def look(self) -> bool:
+        n = self._done()
+        if n < EARLY_FIRST_LOOK or n >= self.blocks or any(lk["blocks"] == n for lk in self.looks):
+            return False
+        alpha = self.interim_alpha()
+        cmp = compare_runs(
+            self.out_dir / "baseline",
+            self.out_dir / "candidate",
+            self.thresholds,
+            confidence=1.0 - alpha,
+            n_boot=self.n_boot,
+        )
+        self.looks.append({"blocks": n, "alpha": round(alpha, 6), "verdict": cmp.verdict})
+        # A regression found stops at any look. A pass (or "better") only once the tails and
+        # work done gate too (MIN_BLOCKS), so an early pass rules out what a full one would.
+        settled = cmp.verdict in (VERDICT_WORSE, VERDICT_MIXED) or (
+            n >= MIN_BLOCKS and cmp.verdict != VERDICT_INCONCLUSIVE
+        )
+        print(
+            f"agentload canary: interim look after {n} of {self.blocks} blocks "
+            f"(alpha {alpha:.4g}): {cmp.verdict}"
+            + ("; stopping early" if settled else "; going on"),
+            flush=True,
+        )
+        if settled:
+            # Fewer blocks than the validated design, by decision: say that instead.
+            cmp.warnings = [w for w in cmp.warnings if not w.startswith("this comparison (")]
+            cmp.warnings.append(
+                f"stopped early after {n} of {self.blocks} blocks per side: settled at the "
+                f"interim level alpha {alpha:.4g} (--early-stop; the interim looks spend "
+                f"{EARLY_ALPHA_SHARE:.0%} of alpha {self._base_alpha():g})"
+            )
+            self.stopped = cmp
+        return settled
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "looks": self.looks,
+            "stopped_after_blocks": self.looks[-1]["blocks"] if self.stopped else None,
+            "alpha": self.alpha,
+            "alpha_final": None if self.stopped or self.alpha is None
+            else round(self.alpha * (1.0 - EARLY_ALPHA_SHARE), 6),
+        }  # fmt: skip
 
 
 def _startup_verdict(
@@ -430,6 +554,12 @@ def canary_argparser(prog: str = "agentload canary") -> argparse.ArgumentParser:
         "--block-s", type=float, default=None,
         help="seconds per block (default: the run's duration, the profile's or --duration)",
     )  # fmt: skip
+    p.add_argument(
+        "--early-stop", action="store_true",
+        help=f"judge after each block from {EARLY_FIRST_LOOK} on and stop once the verdict is "
+        f"settled (interim looks spend {EARLY_ALPHA_SHARE * 100:g}%% of alpha; not in sequential "
+        "mode)",
+    )  # fmt: skip
     p.add_argument("--baseline-log", default=None, help="baseline server log to fingerprint")
     p.add_argument("--candidate-log", default=None, help="candidate server log to fingerprint")
     p.add_argument("--no-html", action="store_true", help="skip compare.html")
@@ -471,6 +601,7 @@ def main_canary(argv: list[str]) -> int:
             parse_threshold_flags(args.threshold), (args.baseline_log, args.candidate_log),
             blocks=args.blocks, confidence=args.confidence, n_boot=args.n_boot, html=not args.no_html,
             servers=servers or None, restart_per_block=args.restart_per_block,
+            early_stop=args.early_stop,
         )  # fmt: skip
 
     return run_cli("canary", p, argv, body, rest=True)
