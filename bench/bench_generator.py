@@ -35,7 +35,9 @@ gives the planner-only figure for comparison.
 ``--workers N ...`` runs agentload alone at each worker count (``agentload run --workers N``,
 Locust's ``--processes``) and prints events/s and the scaling against the first count: with N
 free cores a run should reach >= 0.9 x N (issue 16). The timed server is one process: its own
-CPU share is printed, and near a full core it, not agentload, is the limit.
+CPU share is printed, and near a full core it, not agentload, is the limit. Where the cores
+are not free, the steady events per CPU-second (master included) and the projected scaling
+``N x that / the first's`` say what N free cores would give.
 
 Figures depend on the machine and its load; nothing is asserted.
 """
@@ -329,7 +331,14 @@ def bench_generators(args: argparse.Namespace) -> None:
 
 
 def bench_workers(args: argparse.Namespace) -> None:
-    """agentload's events/s at each worker count, and the scaling against the first."""
+    """agentload's events/s at each worker count, and the scaling against the first.
+
+    On a machine with fewer free cores than workers (plus the server) the events/s cannot
+    scale, so this also prints what scaling needs: events per generator CPU-second in steady
+    state (the whole tree, master included, less a one-second run's start-up and shut-down CPU
+    at that worker count), and the projection `workers x that / the first count's`: the
+    events/s N workers reach on N free cores if each saturates its own core.
+    """
     users = (args.users or [200])[0]
     print(
         f"server: true TTFT {args.ttft * 1000:g} ms, ITL {args.itl * 1000:g} ms, "
@@ -337,17 +346,25 @@ def bench_workers(args: argparse.Namespace) -> None:
         f"{psutil.cpu_count()} CPUs, load {psutil.getloadavg()[0]:.1f} before"
     )
     print(f"{'workers':>7s} {'reqs':>6s} {'events':>7s} {'ev/s':>7s} {'x first':>7s} "
-          f"{'core':>5s} {'server':>6s} {'exit':>4s} {'load':>5s}")  # fmt: skip
-    first = None
+          f"{'core':>5s} {'server':>6s} {'ev/cpu-s':>8s} {'steady':>7s} {'proj xN':>7s} "
+          f"{'exit':>4s} {'load':>5s}")  # fmt: skip
+    tiny = argparse.Namespace(ttft=0.001, itl=0.0, tokens=1, duration=1.0)
+    first = first_eff = None
     for w in args.workers:
+        startup = measure("agentload", 1, tiny, workers=w).child.cpu_s
         r = measure("agentload", users, args, workers=w)
         # events/s over the traffic's span (start-up excluded: workers fork and prepare first)
         rate = r.events / r.span_s if r.span_s else 0.0
         first = first or rate or None
         scale = rate / first if first else float("nan")
+        steady_cpu = r.child.cpu_s - startup
+        eff = r.events / steady_cpu if steady_cpu > 0 else float("nan")
+        first_eff = first_eff or eff
+        proj = w / args.workers[0] * eff / first_eff
         print(
             f"{w:7d} {r.requests:6d} {r.events:7d} {rate:7.0f} {scale:7.2f} {r.core:5.2f} "
-            f"{r.server_core:6.2f} {r.child.returncode:4d} {psutil.getloadavg()[0]:5.1f}",
+            f"{r.server_core:6.2f} {r.events / r.child.cpu_s:8.0f} {eff:7.0f} {proj:7.2f} "
+            f"{r.child.returncode:4d} {psutil.getloadavg()[0]:5.1f}",
             flush=True,
         )
 
