@@ -9,6 +9,7 @@ traffic seed, so trials are independent draws.
     python bench/bench_verdict.py --trials 20 --profile mixed            # default run length
     python bench/bench_verdict.py --trials 20 --duration 120s            # shorter runs
     python bench/bench_verdict.py --reanalyze bench-out/verdict-...      # re-judge kept runs
+    python bench/bench_verdict.py --reanalyze bench-out/verdict-... --early-stop  # as --early-stop would
 
 Prints: A/A "no detectable change" rate, detection rate (overall verdict worse
 and a gated TTFT metric worse: ttft_shift when the runs pair), each with a
@@ -251,6 +252,59 @@ def judge(out: Path, other: str = "candidate") -> dict:
             else None
         ),
     }
+
+
+def judge_early(out: Path, other: str, blocks: int) -> dict:
+    """Re-judge a kept trial as `agentload canary --early-stop` would have run it: the same
+    looks (workload.run.canary._EarlyStop) over the blocks as they would have arrived."""
+    import io
+    import tempfile
+
+    from workload.run.canary import _EarlyStop
+
+    with tempfile.TemporaryDirectory(prefix="bench-early-") as tmp:
+        t = Path(tmp)
+        es = _EarlyStop(t, blocks, None, None, 1000)
+        for i in range(blocks):
+            for side, src in (("baseline", "baseline"), ("candidate", other)):
+                (t / side).mkdir(exist_ok=True)
+                (t / side / f"block-{i}").symlink_to((out / src / f"block-{i}").resolve())
+            with contextlib.redirect_stdout(io.StringIO()):
+                stop = i + 1 < blocks and es.look()
+            if stop:
+                return {"verdict": es.stopped.verdict, "blocks_used": i + 1}
+        cmp = compare_runs(t / "baseline", t / "candidate", confidence=es.final_confidence())
+        return {"verdict": cmp.verdict, "blocks_used": blocks}
+
+
+def summarize_early(results: list[dict], blocks: int) -> str:
+    """A/A passes, detections and blocks used per scenario under --early-stop."""
+    lines = []
+    groups: dict[str, list[dict]] = {}
+    for r in results:
+        groups.setdefault("A/A" if r["kind"] == "aa" else r["scenario"], []).append(r)
+    for name, rs in sorted(groups.items()):
+        ok = sum(
+            (r["verdict"] == VERDICT_SAME) if name == "A/A" else (r["verdict"] in FAILS)
+            for r in rs
+        )
+        lo, hi = wilson(ok, len(rs))
+        used = statistics.mean(r["blocks_used"] for r in rs)
+        early = sum(r["blocks_used"] < blocks for r in rs)
+        what = "no detectable change" if name == "A/A" else "detected (exit 3)"
+        lines.append(
+            f"early-stop {name}: {what} {ok}/{len(rs)} (Wilson 95 % {lo:.0%}-{hi:.0%}); "
+            f"blocks used mean {used:.2f}, stopped early {early}/{len(rs)}; verdicts "
+            + ", ".join(f"{v} x{n}" for v, n in _counts(r["verdict"] for r in rs))
+        )
+    return "\n".join(lines)
+
+
+def _counts(items) -> list[tuple[str, int]]:
+    out: dict[str, int] = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return sorted(out.items(), key=lambda kv: -kv[1])
 
 
 def resolvable(aa: list[dict], q: float = 0.95) -> list[str]:
@@ -557,6 +611,10 @@ def main(argv: list[str] | None = None) -> int:
         "--min-trial", type=int, default=0,
         help="--reanalyze: only trials numbered from this on (e.g. those run after a rule change)",
     )  # fmt: skip
+    p.add_argument(
+        "--early-stop", action="store_true",
+        help="--reanalyze: judge as `agentload canary --early-stop` would have (interim looks)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     results = []
     if args.reanalyze:
@@ -580,7 +638,14 @@ def main(argv: list[str] | None = None) -> int:
             if counts != ({args.blocks} if args.blocks > 1 else {0}):
                 continue
             kind, _, i = d.name.partition("trial-")
-            if (d / "twin").exists():
+            if (d / "twin").exists() and args.early_stop:
+                sc = d / "scenario.json"
+                name = json.loads(sc.read_text())["name"] if sc.exists() else "custom"
+                for k, other in (("aa", "twin"), ("regression", "candidate")):
+                    r = judge_early(d, other, args.blocks)
+                    results.append({"kind": k, "i": int(i), "scenario": name, **r})
+                    print(f"[{k} {d.name} {name}] {r['verdict']} after {r['blocks_used']}", flush=True)
+            elif (d / "twin").exists():
                 sc = d / "scenario.json"
                 name = json.loads(sc.read_text())["name"] if sc.exists() else "custom"
                 results.append({"kind": "aa", "i": int(i), "scenario": name, **judge(d, "twin")})
@@ -608,6 +673,9 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    if args.early_stop:
+        print(summarize_early(results, args.blocks))
+        return 0
     print(summarize(results, args.scale - 1.0 if args.scale > 1 else 0.10))
     return 0
 
