@@ -285,8 +285,7 @@ def summarize_early(results: list[dict], blocks: int) -> str:
         groups.setdefault("A/A" if r["kind"] == "aa" else r["scenario"], []).append(r)
     for name, rs in sorted(groups.items()):
         ok = sum(
-            (r["verdict"] == VERDICT_SAME) if name == "A/A" else (r["verdict"] in FAILS)
-            for r in rs
+            (r["verdict"] == VERDICT_SAME) if name == "A/A" else (r["verdict"] in FAILS) for r in rs
         )
         lo, hi = wilson(ok, len(rs))
         used = statistics.mean(r["blocks_used"] for r in rs)
@@ -644,7 +643,9 @@ def main(argv: list[str] | None = None) -> int:
                 for k, other in (("aa", "twin"), ("regression", "candidate")):
                     r = judge_early(d, other, args.blocks)
                     results.append({"kind": k, "i": int(i), "scenario": name, **r})
-                    print(f"[{k} {d.name} {name}] {r['verdict']} after {r['blocks_used']}", flush=True)
+                    print(
+                        f"[{k} {d.name} {name}] {r['verdict']} after {r['blocks_used']}", flush=True
+                    )
             elif (d / "twin").exists():
                 sc = d / "scenario.json"
                 name = json.loads(sc.read_text())["name"] if sc.exists() else "custom"

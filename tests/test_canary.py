@@ -177,7 +177,9 @@ def test_early_stop_passes_only_once_the_tails_gate(tmp_path, capsys):
     looks = json.loads((tmp_path / "comparison.json").read_text())["canary"]["early_stop"]["looks"]
     assert looks[0]["blocks"] == 3
     out = capsys.readouterr().out
-    assert f"interim look after 3 of 5 blocks (alpha 0.0025): {looks[0]['verdict']}; going on" in out
+    assert (
+        f"interim look after 3 of 5 blocks (alpha 0.0025): {looks[0]['verdict']}; going on" in out
+    )
     assert len(fake.calls) >= 8
 
 

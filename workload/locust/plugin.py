@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-
 import logging
 import sys
 from functools import partial

@@ -396,9 +396,7 @@ class _EarlyStop:
     def _done(self) -> int:
         """Paired blocks finished on both sides (each block a complete run)."""
         n = 0
-        while all(
-            (self.out_dir / side / f"block-{n}" / "run.json").is_file() for side in SIDES
-        ):
+        while all((self.out_dir / side / f"block-{n}" / "run.json").is_file() for side in SIDES):
             n += 1
         return n
 
