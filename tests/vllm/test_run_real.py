@@ -252,6 +252,8 @@ def test_actual_history_malformed_tool_calls_are_tool_loop_failures(
         "--set",
         "classes.agent.tool_call_probability=1.0",
         "--set",
+        "classes.agent.output.tool_call_tokens=32",  # short, as before the 256 default
+        "--set",
         "max_error_ratio=1.0",
         users=4,
     )
