@@ -138,6 +138,31 @@ def test_ctrl_c_while_locust_starts(tmp_path: Path) -> None:
     assert not _left_running(out)
 
 
+def test_sigterm_while_the_run_starts(tmp_path: Path) -> None:
+    # A CI cancel while the simulator or Locust starts: one line and 143, nothing left over.
+    out = tmp_path / "run"
+    proc = _start(out, ignore_sigint=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            if psutil.Process(proc.pid).children(recursive=True):
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=40)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, stderr[-2000:]
+    assert "Traceback" not in stderr + stdout, stderr
+    if not (out / "run.json").exists():
+        assert stderr.strip().splitlines()[-1] == (
+            "agentload: exit 143: interrupted (SIGTERM) before the run started; "
+            "nothing was measured"
+        )
+    assert not _left_running(out)
+
+
 def test_sigterm_to_a_backgrounded_run(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = _start(out, ignore_sigint=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from workload.errors import (
     ProfileError,
     SetupError,
     UsageError,
+    exit_code_for_signal,
 )
 from workload.measure import artifacts
 from workload.observe.safe import redact_url
@@ -44,7 +46,37 @@ def resolve_run(argv: list[str]) -> RunSpec:
     return resolve_spec(values)
 
 
+class _StoppedBeforeRun(BaseException):
+    """SIGTERM / SIGHUP before the Locust child runs (run_child routes them from then on)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_before_run(signum: int, _frame: object) -> None:
+    raise _StoppedBeforeRun(signum)
+
+
 def cmd_run(argv: list[str]) -> int:
+    # A CI cancel (SIGTERM) or a closed terminal (SIGHUP) while the profile loads, the target is
+    # probed or the simulator starts: one line and 143 / 129, like Ctrl-C (main), not a silent
+    # death; the simulator is stopped on the way out.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_before_run)
+    try:
+        return _cmd_run(argv)
+    except _StoppedBeforeRun as e:
+        code = exit_code_for_signal(e.signum)
+        print(
+            f"agentload: exit {code}: interrupted ({signal.Signals(e.signum).name}) before the "
+            "run started; nothing was measured",
+            file=sys.stderr,
+        )
+        return code
+
+
+def _cmd_run(argv: list[str]) -> int:
     from workload.locust.command import locust_argv
     from workload.run.checks import check_out_dir, check_workers
 
@@ -63,7 +95,10 @@ def cmd_run(argv: list[str]) -> int:
         preflight(spec)
         from workload.run.stop import run_child
 
-        return run_child(locust_argv(spec), out)
+        code = run_child(locust_argv(spec), out)
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # over: only the simulator's stop is left
+            signal.signal(sig, signal.SIG_IGN)
+        return code
     finally:
         if sim is not None:
             sim.stop()
