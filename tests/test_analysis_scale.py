@@ -234,3 +234,28 @@ def test_side_tables_summed_while_reading_match_the_rows(tmp_path):
 
     got = error_kinds(data, [("overall", None)])["overall"]
     assert list(got.items()) == list(want.items())
+
+
+def test_two_runs_read_at_once_are_the_runs_read_in_turn(tmp_path, monkeypatch):
+    """load_pair's second process gives the columns load_run gives, and A's error first."""
+    from workload.analyze import rundata
+    from workload.analyze.catalogue import CompareError
+
+    a, b = write_pair(tmp_path)
+    monkeypatch.setattr(rundata, "PARALLEL_BYTES", 1)
+    got = rundata.load_pair(a, b)
+    for g, path in zip(got, (a, b), strict=True):
+        want = rundata.load_run(path)
+        assert (g.run, g.block_durations, g.skipped) == (
+            want.run,
+            want.block_durations,
+            want.skipped,
+        )
+        for gc_, wc in ((g.req_cols, want.req_cols), (g.sess_cols, want.sess_cols)):
+            assert (gc_.ids, gc_.names, gc_.error_counts, gc_.loops) == (wc.ids, wc.names, wc.error_counts, wc.loops)  # fmt: skip
+            assert gc_.cols.keys() == wc.cols.keys()
+            assert all(np.array_equal(gc_.cols[k], wc.cols[k], equal_nan=True) for k in wc.cols)
+    (a / "block-0" / "run.json").write_text("{")
+    (b / "block-0" / "run.json").write_text("{")
+    with pytest.raises(CompareError, match="/a/block-0/run.json"):
+        rundata.load_pair(a, b)

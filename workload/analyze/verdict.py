@@ -78,7 +78,7 @@ from workload.analyze.catalogue import (
 )
 from workload.analyze.estimate import min_samples, scope_metrics
 from workload.analyze.render import render_text as _render_text
-from workload.analyze.rundata import RunData, load_run
+from workload.analyze.rundata import RunData, load_pair, load_run
 from workload.analyze.serverinfo import class_histogram, error_kinds, server_summary
 from workload.analyze.slices import gates_in_slice, slice_filters, spec_lines, where_lines
 from workload.analyze.table import Pair, Rows
@@ -390,8 +390,11 @@ def compare_runs(
     """
     if n_boot < 100:
         raise CompareError(f"n_boot must be at least 100, got {n_boot}")
-    a = run_a if isinstance(run_a, RunData) else load_run(run_a)
-    b = run_b if isinstance(run_b, RunData) else load_run(run_b)
+    if isinstance(run_a, RunData) or isinstance(run_b, RunData):
+        a = run_a if isinstance(run_a, RunData) else load_run(run_a)
+        b = run_b if isinstance(run_b, RunData) else load_run(run_b)
+    else:
+        a, b = load_pair(run_a, run_b)
     if confidence is None:
         alpha = profile_compare(b.run).get("alpha", profile_compare(a.run).get("alpha", 0.05))
         confidence = 1.0 - float(alpha) if isinstance(alpha, (int, float)) else 0.95
