@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -259,3 +260,20 @@ def test_two_runs_read_at_once_are_the_runs_read_in_turn(tmp_path, monkeypatch):
     (b / "block-0" / "run.json").write_text("{")
     with pytest.raises(CompareError, match="/a/block-0/run.json"):
         rundata.load_pair(a, b)
+
+
+def test_weights_drawn_ahead_are_the_weights_drawn_in_turn():
+    """weights_ahead's thread draws every scope from the one stream, in order."""
+    scopes = [_scope(300 + 50 * i, 280, 250 * (i % 2)) for i in range(5)]
+    ref_rng = np.random.default_rng(9)
+    want = [sc.weights(ref_rng, 120) for sc in scopes]
+    rng = np.random.default_rng(9)
+    got = list(B.weights_ahead(scopes, rng, 120))
+    assert len(got) == len(want)
+    for (ga, gb), (wa, wb) in zip(got, want, strict=True):
+        assert np.array_equal(ga, wa) and np.array_equal(gb, wb)
+    assert rng.integers(0, 2**62) == ref_rng.integers(0, 2**62)  # the stream goes on alike
+    half = B.weights_ahead(scopes, np.random.default_rng(9), 120)
+    next(half)
+    half.close()  # a caller that stops early leaves no thread behind
+    assert not [t for t in threading.enumerate() if t.name == "bootstrap-draws"]

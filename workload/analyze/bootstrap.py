@@ -9,6 +9,9 @@ resampled session come along, so within-session correlation is respected.
 from __future__ import annotations
 
 import math
+import queue
+import threading
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -92,6 +95,47 @@ class Scope:
         draw(na, wa[:, nc:])
         draw(nb, wb[:, nc:])
         return wa, wb
+
+
+def weights_ahead(
+    scopes: list[Scope], rng: np.random.Generator, n_boot: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """`Scope.weights` of each scope in turn, the next scope's drawn meanwhile in a thread.
+
+    The draws are a third of a large comparison's CPU time, and numpy lets go of the GIL
+    while it draws and counts, so drawing scope k + 1 while the caller works on scope k
+    puts a second core to use. One thread draws every scope in order from `rng`: the same
+    random stream, so the same numbers, as drawing them in turn. It runs at most one scope
+    ahead (two scopes' weights in memory, not more), and is done with `rng` when the last
+    scope has been handed over.
+    """
+    got: queue.Queue = queue.Queue()
+    ahead = threading.Semaphore(1)  # scopes the thread may draw before the caller takes one
+    stop = threading.Event()
+
+    def draw() -> None:
+        try:
+            for sc in scopes:
+                ahead.acquire()
+                if stop.is_set():
+                    return
+                got.put(sc.weights(rng, n_boot))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller, raised there
+            got.put(e)
+
+    worker = threading.Thread(target=draw, name="bootstrap-draws", daemon=True)
+    worker.start()
+    try:
+        for _ in scopes:
+            w = got.get()
+            if isinstance(w, BaseException):
+                raise w
+            ahead.release()  # the next scope's draw runs while the caller works on this one
+            yield w
+    finally:
+        stop.set()
+        ahead.release()
+        worker.join()
 
 
 def row_totals(W: np.ndarray) -> float:

@@ -178,10 +178,15 @@ def scope_metrics(
     rng: np.random.Generator,
     n_boot: int,
     dur: tuple[float | None, float | None],
+    weights: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[MetricDiff]:
-    """Point estimates and bootstrap standard errors for `names` in one scope."""
+    """Point estimates and bootstrap standard errors for `names` in one scope.
+
+    `weights`: the scope's bootstrap weights when drawn already (`weights_ahead`), else
+    drawn here from `rng`.
+    """
     out: list[MetricDiff] = []
-    Wa, Wb = sc.weights(rng, n_boot)
+    Wa, Wb = weights if weights is not None else sc.weights(rng, n_boot)
     idx = (sc.cl_a, sc.cl_b)
     W = (Wa, Wb)
     # Every row of a weight matrix sums to its number of columns (one draw per cluster):
