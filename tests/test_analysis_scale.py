@@ -277,3 +277,23 @@ def test_weights_drawn_ahead_are_the_weights_drawn_in_turn():
     next(half)
     half.close()  # a caller that stops early leaves no thread behind
     assert not [t for t in threading.enumerate() if t.name == "bootstrap-draws"]
+
+
+def test_rows_sorted_from_the_tables_one_sort_are_a_stable_sort_of_them():
+    rng = np.random.default_rng(4)
+    n = 5000
+    reqs = [{"session_id": f"s{i % 300}", "step": i % 9, "status": "ok",
+             "ttft_ms": None if i % 17 == 0 else float(rng.integers(0, 40)) / 4}
+            for i in range(n)]  # fmt: skip
+    t = Pair((reqs, []), ([], [])).req[0]
+    v = t.lat["ttft"]
+    for idx in (
+        np.arange(n),
+        np.flatnonzero(rng.random(n) < 0.5),
+        np.arange(n)[::-1],
+        np.arange(40),
+    ):
+        r = Rows(t, idx)
+        keep = ~np.isnan(r.lat("ttft")) & (rng.random(len(idx)) < 0.8)
+        want = idx[keep][np.argsort(v[idx[keep]], kind="stable")]
+        assert np.array_equal(r.sorted_by("ttft", keep), want)

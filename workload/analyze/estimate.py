@@ -211,14 +211,13 @@ def scope_metrics(
             keep = ~np.isnan(lv)
             if both is not None:
                 keep &= np.isin(rows.key(), both)
-            va = lv[keep]
-            if len(va) == 0:
+            srows = rows.sorted_by(lat, keep)
+            if len(srows) == 0:
                 sides.append(([None] * len(qs), 0, None))
                 continue
-            order = np.argsort(va, kind="stable")
-            sv = va[order]
-            cl = idx[side][rows.col("sid")[keep]][order]
-            sides.append(([quantile_sorted(sv, q) for q in qs], len(va), len(items[side])))
+            sv = rows.t.lat[lat][srows]
+            cl = idx[side][rows.t.sid[srows]]
+            sides.append(([quantile_sorted(sv, q) for q in qs], len(sv), len(items[side])))
             items[side].append((sv, cl, qs))
         lat_rows.append((lat, qnames, qs, sides))
     shifts = []  # (row, index in A's items | None, median)
