@@ -243,7 +243,9 @@ def boot_quantiles_sorted(
             outs[i] = _boot_quantiles_full(v, cs, W, qs)
             continue
         edges = [(max(0, p0 - half), min(n - 1, p0 + half)) for _, p0, half in plan]
-        pivots = _counts_upto(cs, [n - 1] + [x for lo, hi in edges for x in (lo - 1, hi)], k_cl)
+        # The total and the cumulative weight below each window; the weight up to its top
+        # is that plus the window's sum.
+        pivots = _counts_upto(cs, [n - 1] + [lo - 1 for lo, _ in edges], k_cl)
         todo.append((i, plan, edges, ncol, float(sizes.max(initial=0))))
         cols.append(pivots)
         ncol += pivots.shape[1]
@@ -251,7 +253,7 @@ def boot_quantiles_sorted(
         return outs
     if wmax is None:
         wmax = row_totals(W)
-    cum_all = _wsum(W, np.hstack(cols) if len(cols) > 1 else cols[0], wmax)
+    cum_all = _wsum_columns(W, np.hstack(cols) if len(cols) > 1 else cols[0], wmax)
     for i, plan, edges, c0, size_max in todo:
         v, cs, _ = items[i]
         n = len(v)
@@ -260,27 +262,45 @@ def boot_quantiles_sorted(
         # float32 then (half the memory of int64), compared with targets float32 holds exactly.
         exact32 = wmax * size_max < 2**24
         cdt = np.float32 if W.dtype == np.float32 and exact32 else np.int64
-        cum = cum_all[:, c0 : c0 + 1 + 2 * len(plan)]
-        tot = cum[:, 0]
+        tot = cum_all[:, c0]
         empty = tot == 0
         for j, (q, p0, half) in enumerate(plan):
             target = np.maximum(np.ceil(q * tot - 1e-9), 1)
-            (lo, hi), below, upto = edges[j], cum[:, 1 + 2 * j], cum[:, 2 + 2 * j]
+            (lo, hi), below = edges[j], cum_all[:, c0 + 1 + j]
             while True:
+                # take() lays the window out row-major, so the cumulative sum runs along
+                # contiguous memory (W[:, idx] comes out column-major: several times slower).
+                cw = np.cumsum(np.take(W, cs[lo : hi + 1], axis=1), axis=1, dtype=cdt)
+                upto = below + cw[:, -1]  # integers, exact
                 ok = empty | (((lo == 0) | (below < target)) & ((hi == n - 1) | (upto >= target)))
                 if ok.all():
                     break
                 half *= 4  # a row outside the window: widen it
                 lo, hi = max(0, p0 - half), min(n - 1, p0 + half)
-                below, upto = _wsum(W, _counts_upto(cs, [lo - 1, hi], k_cl), wmax).T
-            # take() lays the window out row-major, so the cumulative sum runs along
-            # contiguous memory (W[:, idx] comes out column-major: several times slower).
-            cw = np.cumsum(np.take(W, cs[lo : hi + 1], axis=1), axis=1, dtype=cdt)
+                below = _wsum(W, _counts_upto(cs, [lo - 1], k_cl), wmax)[:, 0]
             k = lo + (cw >= (target - below).astype(cdt)[:, None]).argmax(axis=1)
             res = v[k].astype(float)
             res[empty] = np.nan
             outs[i][j] = res
     return outs
+
+
+def _wsum_columns(W: np.ndarray, cnt: np.ndarray, wmax: float) -> np.ndarray:
+    """`_wsum` with each distinct column of `cnt` multiplied once (latencies missing on the
+    same rows share their totals)."""
+    sums = cnt.sum(axis=0)
+    first: list[int] = []  # columns kept
+    where: list[int] = []  # per column, its kept column
+    for j in range(cnt.shape[1]):
+        same = (u for u, c in enumerate(first) if sums[c] == sums[j])
+        hit = next((u for u in same if np.array_equal(cnt[:, first[u]], cnt[:, j])), None)
+        if hit is None:
+            first.append(j)
+            hit = len(first) - 1
+        where.append(hit)
+    if len(first) == cnt.shape[1]:
+        return _wsum(W, cnt, wmax)
+    return _wsum(W, cnt[:, first], wmax)[:, where]
 
 
 def _counts_upto(cs: np.ndarray, positions: list[int], k_cl: int) -> np.ndarray:
