@@ -204,7 +204,7 @@ def scope_metrics(
     for lat, qnames in lat_names.items():
         qs = [QUANTILES[q.split("_")[1]] for q in qnames]
         both = _paired_requests(sc, lat)
-        sides = []
+        sides: list[tuple[list[float | None], int, int | None]] = []
         for side in (0, 1):
             rows = sc.reqs[side]
             lv = rows.lat(lat)
@@ -217,10 +217,11 @@ def scope_metrics(
                 continue
             sv = rows.t.lat[lat][srows]
             cl = idx[side][rows.t.sid[srows]]
-            sides.append(([quantile_sorted(sv, q) for q in qs], len(sv), len(items[side])))
+            pts: list[float | None] = [quantile_sorted(sv, q) for q in qs]
+            sides.append((pts, len(sv), len(items[side])))
             items[side].append((sv, cl, qs))
         lat_rows.append((lat, qnames, qs, sides))
-    shifts = []  # (row, index in A's items | None, median)
+    shifts: list[tuple[MetricDiff, int | None, float]] = []  # (row, index in A's items, median)
     for n in names:
         if METRICS[n].kind == "shift":
             m, boot_in = _shift_metric(scope_name, sc, n)
@@ -250,9 +251,9 @@ def scope_metrics(
                 lr = np.log(bb[j]) - np.log(ba[j])
                 m.se = robust_se(lr)
             out.append(m)
-    for m, at, med in shifts:
-        if at is not None:
-            _shift_se(m, med, boots[0][at][0])
+    for m, item, med in shifts:
+        if item is not None:
+            _shift_se(m, med, boots[0][item][0])
         out.append(m)
     # Resampled sums of the ratios, means and throughput: the vectors first, then one
     # product per weight matrix for all of them (one pass over W, not one per vector).
@@ -310,10 +311,11 @@ def scope_metrics(
             pt, at, ns = prep[n]
             bs: list[Any] = []
             for side in (0, 1):
-                if at[side] is None:
+                pos = at[side]
+                if pos is None:
                     bs.append(None)
                     continue
-                i_num, i_den = at[side]
+                i_num, i_den = pos
                 with np.errstate(invalid="ignore", divide="ignore"):
                     bs.append(prods[side][i_num] / prods[side][i_den])
             m = MetricDiff(scope_name, n, d.unit, d.change, pt[0], pt[1], ns[0], ns[1])
