@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -234,3 +235,65 @@ def test_side_tables_summed_while_reading_match_the_rows(tmp_path):
 
     got = error_kinds(data, [("overall", None)])["overall"]
     assert list(got.items()) == list(want.items())
+
+
+def test_two_runs_read_at_once_are_the_runs_read_in_turn(tmp_path, monkeypatch):
+    """load_pair's second process gives the columns load_run gives, and A's error first."""
+    from workload.analyze import rundata
+    from workload.analyze.catalogue import CompareError
+
+    a, b = write_pair(tmp_path)
+    monkeypatch.setattr(rundata, "PARALLEL_BYTES", 1)
+    got = rundata.load_pair(a, b)
+    for g, path in zip(got, (a, b), strict=True):
+        want = rundata.load_run(path)
+        assert (g.run, g.block_durations, g.skipped) == (
+            want.run,
+            want.block_durations,
+            want.skipped,
+        )
+        for gc_, wc in ((g.req_cols, want.req_cols), (g.sess_cols, want.sess_cols)):
+            assert (gc_.ids, gc_.names, gc_.error_counts, gc_.loops) == (wc.ids, wc.names, wc.error_counts, wc.loops)  # fmt: skip
+            assert gc_.cols.keys() == wc.cols.keys()
+            assert all(np.array_equal(gc_.cols[k], wc.cols[k], equal_nan=True) for k in wc.cols)
+    (a / "block-0" / "run.json").write_text("{")
+    (b / "block-0" / "run.json").write_text("{")
+    with pytest.raises(CompareError, match="/a/block-0/run.json"):
+        rundata.load_pair(a, b)
+
+
+def test_weights_drawn_ahead_are_the_weights_drawn_in_turn():
+    """weights_ahead's thread draws every scope from the one stream, in order."""
+    scopes = [_scope(300 + 50 * i, 280, 250 * (i % 2)) for i in range(5)]
+    ref_rng = np.random.default_rng(9)
+    want = [sc.weights(ref_rng, 120) for sc in scopes]
+    rng = np.random.default_rng(9)
+    got = list(B.weights_ahead(scopes, rng, 120))
+    assert len(got) == len(want)
+    for (ga, gb), (wa, wb) in zip(got, want, strict=True):
+        assert np.array_equal(ga, wa) and np.array_equal(gb, wb)
+    assert rng.integers(0, 2**62) == ref_rng.integers(0, 2**62)  # the stream goes on alike
+    half = B.weights_ahead(scopes, np.random.default_rng(9), 120)
+    next(half)
+    half.close()  # a caller that stops early leaves no thread behind
+    assert not [t for t in threading.enumerate() if t.name == "bootstrap-draws"]
+
+
+def test_rows_sorted_from_the_tables_one_sort_are_a_stable_sort_of_them():
+    rng = np.random.default_rng(4)
+    n = 5000
+    reqs = [{"session_id": f"s{i % 300}", "step": i % 9, "status": "ok",
+             "ttft_ms": None if i % 17 == 0 else float(rng.integers(0, 40)) / 4}
+            for i in range(n)]  # fmt: skip
+    t = Pair((reqs, []), ([], [])).req[0]
+    v = t.lat["ttft"]
+    for idx in (
+        np.arange(n),
+        np.flatnonzero(rng.random(n) < 0.5),
+        np.arange(n)[::-1],
+        np.arange(40),
+    ):
+        r = Rows(t, idx)
+        keep = ~np.isnan(r.lat("ttft")) & (rng.random(len(idx)) < 0.8)
+        want = idx[keep][np.argsort(v[idx[keep]], kind="stable")]
+        assert np.array_equal(r.sorted_by("ttft", keep), want)

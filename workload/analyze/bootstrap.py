@@ -9,6 +9,9 @@ resampled session come along, so within-session correlation is respected.
 from __future__ import annotations
 
 import math
+import queue
+import threading
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -94,30 +97,86 @@ class Scope:
         return wa, wb
 
 
+def weights_ahead(
+    scopes: list[Scope], rng: np.random.Generator, n_boot: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """`Scope.weights` of each scope in turn, the next scope's drawn meanwhile in a thread.
+
+    The draws are a third of a large comparison's CPU time, and numpy lets go of the GIL
+    while it draws and counts, so drawing scope k + 1 while the caller works on scope k
+    puts a second core to use. One thread draws every scope in order from `rng`: the same
+    random stream, so the same numbers, as drawing them in turn. It runs at most one scope
+    ahead (two scopes' weights in memory, not more), and is done with `rng` when the last
+    scope has been handed over.
+    """
+    got: queue.Queue = queue.Queue()
+    ahead = threading.Semaphore(1)  # scopes the thread may draw before the caller takes one
+    stop = threading.Event()
+
+    def draw() -> None:
+        try:
+            for sc in scopes:
+                ahead.acquire()
+                if stop.is_set():
+                    return
+                got.put(sc.weights(rng, n_boot))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller, raised there
+            got.put(e)
+
+    worker = threading.Thread(target=draw, name="bootstrap-draws", daemon=True)
+    worker.start()
+    try:
+        for _ in scopes:
+            w = got.get()
+            if isinstance(w, BaseException):
+                raise w
+            ahead.release()  # the next scope's draw runs while the caller works on this one
+            yield w
+    finally:
+        stop.set()
+        ahead.release()
+        worker.join()
+
+
 def row_totals(W: np.ndarray) -> float:
     """The largest total weight of a bootstrap row (bounds the sums in `_wsum`, `wdot`)."""
     return float(W.sum(axis=1, dtype=np.float64).max(initial=0))
 
 
 def wdot(W: np.ndarray, v: np.ndarray, wmax: float | None = None) -> np.ndarray:
-    """W @ v for float32 weights W and float64 v, without a float64 copy of all of W.
+    """W @ v for float32 weights W and float64 v, without a float64 copy of all of W."""
+    return wdot_many(W, [v], wmax)[0]
+
+
+def wdot_many(W: np.ndarray, vs: list[np.ndarray], wmax: float | None = None) -> list[np.ndarray]:
+    """[W @ v for v in vs] for float32 weights W, without a float64 copy of all of W.
 
     numpy computes W @ v on a float64 copy of W. When every value of v is an integer and
     no sum can reach 2**53, every partial sum is exact, so any order of summation gives
-    those same numbers: W is cast a block of rows at a time. Otherwise, W @ v as is.
+    those same numbers: W is cast a block of rows at a time, and all such v go through
+    one product per block (one pass over W for all of them). Any other v: W @ v as is.
     """
-    if W.dtype != np.float32 or v.dtype != np.float64 or W.ndim != 2 or not W.size:
-        return W @ v
-    big = float(np.abs(v).max(initial=0))
+    if W.dtype != np.float32 or W.ndim != 2 or not W.size or not vs:
+        return [W @ v for v in vs]
     if wmax is None:
         wmax = row_totals(W)
-    if not (wmax * big < 2**52 and np.array_equal(v, np.round(v))):
-        return W @ v
-    out = np.empty(W.shape[0])
-    step = max(1, 2_000_000 // W.shape[1])
-    for s in range(0, W.shape[0], step):
-        out[s : s + step] = W[s : s + step].astype(np.float64) @ v
-    return out
+    exact = [
+        v.dtype == np.float64
+        and wmax * float(np.abs(v).max(initial=0)) < 2**52
+        and np.array_equal(v, np.round(v))
+        for v in vs
+    ]
+    out = [None if ok else W @ v for v, ok in zip(vs, exact, strict=True)]
+    ints = [i for i, ok in enumerate(exact) if ok]
+    if ints:
+        V = np.stack([vs[i] for i in ints], axis=1)
+        res = np.empty((W.shape[0], len(ints)))
+        step = max(1, 2_000_000 // W.shape[1])
+        for s in range(0, W.shape[0], step):
+            res[s : s + step] = W[s : s + step].astype(np.float64) @ V
+        for j, i in enumerate(ints):
+            out[i] = res[:, j]
+    return out  # type: ignore[return-value]
 
 
 def quantile_sorted(values: np.ndarray, q: float) -> float:
@@ -137,68 +196,128 @@ def boot_quantiles(
     """Weighted inverted-CDF quantiles per bootstrap row: shape (len(qs), n_boot).
 
     Row b weighs value i by W[b, clusters[i]]; its q-quantile is the smallest sorted value
-    whose cumulative weight reaches ceil(q * total). Rather than a cumulative sum over every
-    value in every row (n_boot x n), the cumulative weight at a few pivots comes from one
-    product with per-cluster counts (exact in float64: integers), and the cumulative sum runs
-    only over a window around the point quantile that holds every row's answer (widened
-    until it does). The result is the same as the full sum, to the index. `wmax`:
-    `row_totals(W)`, when the caller has it.
+    whose cumulative weight reaches ceil(q * total). See `boot_quantiles_sorted`.
     """
     order = np.argsort(vals, kind="stable")
-    v = vals[order]
-    cs = np.asarray(clusters)[order]
-    n, n_boot, k_cl = len(v), W.shape[0], W.shape[1]
-    out = np.empty((len(qs), n_boot))
-    if n == 0:
-        out.fill(np.nan)
-        return out
-    sizes = np.bincount(cs, minlength=k_cl).astype(np.float64)
-    plan = []  # (q, point position, half-width, counts per cluster up to the point)
-    for q in qs:
-        p0 = min(max(0, math.ceil(q * n) - 1), n - 1)
-        cnt0 = np.bincount(cs[: p0 + 1], minlength=k_cl).astype(np.float64)
-        # A row's cumulative weight at p0 less its target varies by about this many values
-        # (multinomial weights: variance ~1 per cluster); 5 of them hold nearly every row.
-        half = 32 + int(5 * math.sqrt(float(((cnt0 - q * sizes) ** 2).sum())))
-        plan.append((q, p0, half))
-    if n <= SMALL_N or sum(2 * h for _, _, h in plan) >= n // 2:
-        return _boot_quantiles_full(v, cs, W, qs)
+    return boot_quantiles_sorted([(vals[order], np.asarray(clusters)[order], qs)], W, wmax)[0]
 
-    def cum_at(positions: list[int]) -> np.ndarray:
-        """Cumulative weight of sorted values [0, p] per row, for each p: (n_boot, len)."""
-        cnt = np.zeros((k_cl, len(positions)))
-        for j, p in enumerate(positions):
-            if p >= 0:
-                cnt[:, j] = np.bincount(cs[: p + 1], minlength=k_cl)
-        return _wsum(W, cnt, wmax)
 
+def boot_quantiles_sorted(
+    items: list[tuple[np.ndarray, np.ndarray, list[float]]],
+    W: np.ndarray,
+    wmax: float | None = None,
+) -> list[np.ndarray]:
+    """`boot_quantiles` of several value sets weighed by the same W, each given sorted.
+
+    `items`: (values sorted, their clusters in that order, quantiles); one result of shape
+    (len(qs), n_boot) per item. Rather than a cumulative sum over every value in every row
+    (n_boot x n), the cumulative weight at a few pivots comes from a product with per-cluster
+    counts (exact: integers), one product for the pivots of every item (one pass over W,
+    not one per latency), and the cumulative sum runs only over a window around the point
+    quantile that holds every row's answer (widened until it does). The result is the same
+    as the full sum, to the index. `wmax`: `row_totals(W)`, when the caller has it.
+    """
+    n_boot, k_cl = W.shape
+    outs: list[np.ndarray] = []
+    todo = []  # (item index, plan, window edges, first pivot column)
+    cols: list[np.ndarray] = []  # pivot counts of every item, for the one product
+    ncol = 0
+    for i, (v, cs, qs) in enumerate(items):
+        n = len(v)
+        out = np.empty((len(qs), n_boot))
+        outs.append(out)
+        if n == 0:
+            out.fill(np.nan)
+            continue
+        p0s = [min(max(0, math.ceil(q * n) - 1), n - 1) for q in qs]
+        cnt = _counts_upto(cs, [*p0s, n - 1], k_cl)
+        sizes = cnt[:, -1]
+        plan = []  # (q, point position, half-width)
+        for j, q in enumerate(qs):
+            # A row's cumulative weight at p0 less its target varies by about this many
+            # values (multinomial weights: variance ~1 per cluster); 5 of them hold nearly
+            # every row.
+            half = 32 + int(5 * math.sqrt(float(((cnt[:, j] - q * sizes) ** 2).sum())))
+            plan.append((q, p0s[j], half))
+        if n <= SMALL_N or sum(2 * h for _, _, h in plan) >= n // 2:
+            outs[i] = _boot_quantiles_full(v, cs, W, qs)
+            continue
+        edges = [(max(0, p0 - half), min(n - 1, p0 + half)) for _, p0, half in plan]
+        # The total and the cumulative weight below each window; the weight up to its top
+        # is that plus the window's sum.
+        pivots = _counts_upto(cs, [n - 1] + [lo - 1 for lo, _ in edges], k_cl)
+        todo.append((i, plan, edges, ncol, float(sizes.max(initial=0))))
+        cols.append(pivots)
+        ncol += pivots.shape[1]
+    if not todo:
+        return outs
     if wmax is None:
         wmax = row_totals(W)
-    # A row's cumulative weight never exceeds wmax x the largest cluster's count of values.
-    # Below 2**24, float32 sums it exactly: the window's cumulative sum runs in float32 then
-    # (half the memory of int64), compared with targets that float32 also holds exactly.
-    exact32 = wmax * float(sizes.max(initial=0)) < 2**24
-    cdt = np.float32 if W.dtype == np.float32 and exact32 else np.int64
-    # One pass over W for the total and every quantile's window edges.
-    edges = [(max(0, p0 - half), min(n - 1, p0 + half)) for _, p0, half in plan]
-    cum = cum_at([n - 1] + [x for lo, hi in edges for x in (lo - 1, hi)])
-    tot = cum[:, 0]
-    empty = tot == 0
-    for j, (q, p0, half) in enumerate(plan):
-        target = np.maximum(np.ceil(q * tot - 1e-9), 1)
-        (lo, hi), below, upto = edges[j], cum[:, 1 + 2 * j], cum[:, 2 + 2 * j]
-        while True:
-            ok = empty | (((lo == 0) | (below < target)) & ((hi == n - 1) | (upto >= target)))
-            if ok.all():
-                break
-            half *= 4  # a row outside the window: widen it
-            lo, hi = max(0, p0 - half), min(n - 1, p0 + half)
-            below, upto = cum_at([lo - 1, hi]).T
-        cw = np.cumsum(W[:, cs[lo : hi + 1]], axis=1, dtype=cdt)
-        k = lo + (cw >= (target - below).astype(cdt)[:, None]).argmax(axis=1)
-        res = v[k].astype(float)
-        res[empty] = np.nan
-        out[j] = res
+    cum_all = _wsum_columns(W, np.hstack(cols) if len(cols) > 1 else cols[0], wmax)
+    for i, plan, edges, c0, size_max in todo:
+        v, cs, _ = items[i]
+        n = len(v)
+        # A row's cumulative weight never exceeds wmax x the largest cluster's count of
+        # values. Below 2**24, float32 sums it exactly: the window's cumulative sum runs in
+        # float32 then (half the memory of int64), compared with targets float32 holds exactly.
+        exact32 = wmax * size_max < 2**24
+        cdt = np.float32 if W.dtype == np.float32 and exact32 else np.int64
+        tot = cum_all[:, c0]
+        empty = tot == 0
+        for j, (q, p0, half) in enumerate(plan):
+            target = np.maximum(np.ceil(q * tot - 1e-9), 1)
+            (lo, hi), below = edges[j], cum_all[:, c0 + 1 + j]
+            while True:
+                # take() lays the window out row-major, so the cumulative sum runs along
+                # contiguous memory (W[:, idx] comes out column-major: several times slower).
+                cw = np.cumsum(np.take(W, cs[lo : hi + 1], axis=1), axis=1, dtype=cdt)
+                upto = below + cw[:, -1]  # integers, exact
+                ok = empty | (((lo == 0) | (below < target)) & ((hi == n - 1) | (upto >= target)))
+                if ok.all():
+                    break
+                half *= 4  # a row outside the window: widen it
+                lo, hi = max(0, p0 - half), min(n - 1, p0 + half)
+                below = _wsum(W, _counts_upto(cs, [lo - 1], k_cl), wmax)[:, 0]
+            k = lo + (cw >= (target - below).astype(cdt)[:, None]).argmax(axis=1)
+            res = v[k].astype(float)
+            res[empty] = np.nan
+            outs[i][j] = res
+    return outs
+
+
+def _wsum_columns(W: np.ndarray, cnt: np.ndarray, wmax: float) -> np.ndarray:
+    """`_wsum` with each distinct column of `cnt` multiplied once (latencies missing on the
+    same rows share their totals)."""
+    sums = cnt.sum(axis=0)
+    first: list[int] = []  # columns kept
+    where: list[int] = []  # per column, its kept column
+    for j in range(cnt.shape[1]):
+        same = (u for u, c in enumerate(first) if sums[c] == sums[j])
+        hit = next((u for u in same if np.array_equal(cnt[:, first[u]], cnt[:, j])), None)
+        if hit is None:
+            first.append(j)
+            hit = len(first) - 1
+        where.append(hit)
+    if len(first) == cnt.shape[1]:
+        return _wsum(W, cnt, wmax)
+    return _wsum(W, cnt[:, first], wmax)[:, where]
+
+
+def _counts_upto(cs: np.ndarray, positions: list[int], k_cl: int) -> np.ndarray:
+    """How many of the values cs[: p + 1] fall in each cluster, per p: (k_cl, len(positions)).
+
+    One pass over cs in position order (a count per segment, added up), not one per
+    position; p = -1 gives a column of zeros. float64, like the counts it replaces.
+    """
+    out = np.zeros((k_cl, len(positions)))
+    run = np.zeros(k_cl)
+    at = 0  # run counts cs[:at]
+    for j in sorted(range(len(positions)), key=positions.__getitem__):
+        p = positions[j]
+        if p + 1 > at:
+            run += np.bincount(cs[at : p + 1], minlength=k_cl)
+            at = p + 1
+        out[:, j] = run
     return out
 
 

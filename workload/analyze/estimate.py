@@ -16,12 +16,11 @@ import numpy as np
 
 from workload.analyze.bootstrap import (
     Scope,
-    boot_quantiles,
+    boot_quantiles_sorted,
     cluster_sums,
     quantile_sorted,
     robust_se,
-    row_totals,
-    wdot,
+    wdot_many,
 )
 from workload.analyze.catalogue import METRICS, QUANTILES, MetricDiff
 from workload.analyze.table import Rows
@@ -121,38 +120,45 @@ def _last_by_key(rows: Rows, lat: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _shift_metric(
-    scope_name: str, sc: Scope, name: str, Wa: np.ndarray, wmax: float | None = None
-) -> MetricDiff:
+    scope_name: str, sc: Scope, name: str
+) -> tuple[MetricDiff, tuple[np.ndarray, np.ndarray, float] | None]:
     """Paired per-request shift: median over paired requests of log(B/A), cluster bootstrap.
 
     Only sessions in both runs carry paired requests, and those are the first
     `n_common` clusters of both index spaces, where A's and B's bootstrap
     weights are the same draw, so A's weights resample the pairs jointly.
     a / b are the medians of each side over the same paired requests.
+    Returns the row with its point values, and (log ratios sorted, their clusters, median)
+    for the bootstrap over A's weights (None: not enough pairs), which `_shift_se` finishes.
     """
     d = METRICS[name]
     lat = name.split("_")[0]
     m = MetricDiff(scope_name, name, d.unit, d.change, None, None, 0, 0)
     m.paired_share, m.higher_is_worse = sc.pair_share, d.higher_is_worse
     if not sc.n_common:
-        return m
+        return m, None
     (ka, xa), (kb, xb) = (_last_by_key(r, lat) for r in sc.reqs)
     keys, ia, ib = np.intersect1d(ka, kb, assume_unique=True, return_indices=True)
     m.n_a = m.n_b = len(keys)
     if not len(keys):
-        return m
+        return m, None
     va, vb = xa[ia], xb[ib]
     m.a = quantile_sorted(np.sort(va), 0.5)
     m.b = quantile_sorted(np.sort(vb), 0.5)
     if len(keys) < MIN_SAMPLES:
-        return m
+        return m, None
     lr = np.log(vb) - np.log(va)
-    med = quantile_sorted(np.sort(lr), 0.5)
+    order = np.argsort(lr, kind="stable")
+    slr = lr[order]
+    med = quantile_sorted(slr, 0.5)
     m.change = math.expm1(med)
     cl = sc.cl_a[keys // sc.reqs[0].t.step_span]
-    boot = boot_quantiles(lr, cl, Wa, [0.5], wmax)[0]
+    return m, (slr, cl[order], med)
+
+
+def _shift_se(m: MetricDiff, med: float, boot: np.ndarray) -> None:
+    """The shift's standard error from its bootstrap medians."""
     m.se = 0.0 if np.nanmax(np.abs(boot - med), initial=0) == 0 else robust_se(boot)
-    return m
 
 
 def _min_n(q: float) -> int:
@@ -172,59 +178,97 @@ def scope_metrics(
     rng: np.random.Generator,
     n_boot: int,
     dur: tuple[float | None, float | None],
+    weights: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[MetricDiff]:
-    """Point estimates and bootstrap standard errors for `names` in one scope."""
+    """Point estimates and bootstrap standard errors for `names` in one scope.
+
+    `weights`: the scope's bootstrap weights when drawn already (`weights_ahead`), else
+    drawn here from `rng`.
+    """
     out: list[MetricDiff] = []
-    Wa, Wb = sc.weights(rng, n_boot)
+    Wa, Wb = weights if weights is not None else sc.weights(rng, n_boot)
     idx = (sc.cl_a, sc.cl_b)
     W = (Wa, Wb)
-    wa = row_totals(Wa)
-    wmax = (wa, wa if Wb is Wa else row_totals(Wb))
+    # Every row of a weight matrix sums to its number of columns (one draw per cluster):
+    # row_totals(W) without the pass over W.
+    wmax = (float(Wa.shape[1]), float(Wb.shape[1]))
     ps = sc.pair_share
     lat_names: dict[str, list[str]] = {}
     for n in names:
         if METRICS[n].kind == "quantile":
             lat_names.setdefault(n.split("_")[0], []).append(n)
+    # The values of every latency quantile and shift, sorted once, then their bootstrap
+    # quantiles in one batch per weight matrix (one product for all their pivots).
+    items: tuple[list, list] = ([], [])
+    lat_rows = []  # (latency, quantile names, qs, per side: (points, n, item number | None))
     for lat, qnames in lat_names.items():
         qs = [QUANTILES[q.split("_")[1]] for q in qnames]
-        pts: list[list[float | None]] = []
-        boots: list[np.ndarray | None] = []
-        ns: list[int] = []
         both = _paired_requests(sc, lat)
+        sides: list[tuple[list[float | None], int, int | None]] = []
         for side in (0, 1):
             rows = sc.reqs[side]
             lv = rows.lat(lat)
             keep = ~np.isnan(lv)
             if both is not None:
                 keep &= np.isin(rows.key(), both)
-            va = lv[keep]
-            cl = idx[side][rows.col("sid")[keep]]
-            ns.append(len(va))
-            if len(va) == 0:
-                pts.append([None] * len(qs))
-                boots.append(None)
+            srows = rows.sorted_by(lat, keep)
+            if len(srows) == 0:
+                sides.append(([None] * len(qs), 0, None))
                 continue
-            sv = np.sort(va)
-            pts.append([quantile_sorted(sv, q) for q in qs])
-            boots.append(boot_quantiles(va, cl, W[side], qs, wmax[side]))
+            sv = rows.t.lat[lat][srows]
+            cl = idx[side][rows.t.sid[srows]]
+            pts: list[float | None] = [quantile_sorted(sv, q) for q in qs]
+            sides.append((pts, len(sv), len(items[side])))
+            items[side].append((sv, cl, qs))
+        lat_rows.append((lat, qnames, qs, sides))
+    shifts: list[tuple[MetricDiff, int | None, float]] = []  # (row, index in A's items, median)
+    for n in names:
+        if METRICS[n].kind == "shift":
+            m, boot_in = _shift_metric(scope_name, sc, n)
+            if boot_in is None:
+                shifts.append((m, None, 0.0))
+                continue
+            shifts.append((m, len(items[0]), boot_in[2]))
+            items[0].append((boot_in[0], boot_in[1], [0.5]))
+    if Wb is Wa:  # no one-sided sessions: one batch, one product for both sides
+        both_boot = boot_quantiles_sorted(items[0] + items[1], Wa, wmax[0])
+        boots = (both_boot[: len(items[0])], both_boot[len(items[0]) :])
+    else:
+        boots = (
+            boot_quantiles_sorted(items[0], Wa, wmax[0]),
+            boot_quantiles_sorted(items[1], Wb, wmax[1]),
+        )
+    for _lat, qnames, qs, sides in lat_rows:
+        (pa, na, ia), (pb, nb, ib) = sides
+        ba = boots[0][ia] if ia is not None else None
+        bb = boots[1][ib] if ib is not None else None
         for j, (qn, q) in enumerate(zip(qnames, qs, strict=True)):
             d = METRICS[qn]
-            m = MetricDiff(scope_name, qn, d.unit, d.change, pts[0][j], pts[1][j], ns[0], ns[1])
+            m = MetricDiff(scope_name, qn, d.unit, d.change, pa[j], pb[j], na, nb)
             m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
-            ba, bb = boots
-            if min(ns) >= _min_n(q) and m.a and m.b and ba is not None and bb is not None:
+            if min(na, nb) >= _min_n(q) and m.a and m.b and ba is not None and bb is not None:
                 m.change = m.b / m.a - 1.0
                 lr = np.log(bb[j]) - np.log(ba[j])
                 m.se = robust_se(lr)
             out.append(m)
-    for n in names:
-        if METRICS[n].kind == "shift":
-            out.append(_shift_metric(scope_name, sc, n, Wa, wmax[0]))
+    for m, item, med in shifts:
+        if item is not None:
+            _shift_se(m, med, boots[0][item][0])
+        out.append(m)
+    # Resampled sums of the ratios, means and throughput: the vectors first, then one
+    # product per weight matrix for all of them (one pass over W, not one per vector).
+    vecs: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+
+    def want(side: int, v: np.ndarray) -> int:
+        vecs[side].append(v)
+        return len(vecs[side]) - 1
+
+    prep: dict[str, Any] = {}
     for n in names:
         d = METRICS[n]
         if d.kind in ("ratio", "mean"):
             pt: list[float | None] = []
-            bs: list[Any] = []
+            at: list[tuple[int, int] | None] = []
             ns = []
             for side in (0, 1):
                 sid, num, den = _ratio_parts(n, sc.reqs[side], sc.sess[side])
@@ -232,18 +276,48 @@ def scope_metrics(
                 sden = _pysum(den)
                 if not len(sid) or sden == 0:
                     pt.append(None)
-                    bs.append(None)
+                    at.append(None)
                     continue
                 pt.append(float(_pysum(num) / sden))
                 if n in EXACT_RATIOS:  # judged on counts (_exact_counts), not resampled
-                    bs.append(None)
+                    at.append(None)
                     continue
                 cla = idx[side][sid]
                 k = W[side].shape[1]
-                ns_num = cluster_sums(num, cla, k)
-                ns_den = cluster_sums(den, cla, k)
+                at.append((want(side, cluster_sums(num, cla, k)), want(side, cluster_sums(den, cla, k))))  # fmt: skip
+            prep[n] = (pt, at, ns)
+        elif d.kind == "sum":
+            spt: list[float] = []
+            sat: list[int] = []
+            ns = []
+            for side in (0, 1):
+                rows = sc.reqs[side]
+                ok = rows.col("status") == 0
+                toks = rows.col("ctok")[ok]
+                cla = idx[side][rows.col("sid")[ok]]
+                ns.append(len(toks))
+                sums = (
+                    cluster_sums(toks, cla, W[side].shape[1])
+                    if len(toks)
+                    else np.zeros(W[side].shape[1])
+                )
+                spt.append(float(toks.sum()))
+                sat.append(want(side, sums))
+            prep[n] = (spt, sat, ns)
+    prods = (wdot_many(Wa, vecs[0], wmax[0]), wdot_many(Wb, vecs[1], wmax[1]))
+    for n in names:
+        d = METRICS[n]
+        if d.kind in ("ratio", "mean"):
+            pt, at, ns = prep[n]
+            bs: list[Any] = []
+            for side in (0, 1):
+                pos = at[side]
+                if pos is None:
+                    bs.append(None)
+                    continue
+                i_num, i_den = pos
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    bs.append(wdot(W[side], ns_num, wmax[side]) / wdot(W[side], ns_den, wmax[side]))
+                    bs.append(prods[side][i_num] / prods[side][i_den])
             m = MetricDiff(scope_name, n, d.unit, d.change, pt[0], pt[1], ns[0], ns[1])
             m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
             if n in EXACT_RATIOS:
@@ -266,22 +340,9 @@ def scope_metrics(
         elif d.kind == "sum":
             da, db = dur
             per = (da or 1.0, db or 1.0)
-            spt: list[float] = []
-            sbs: list[Any] = []
-            ns = []
-            for side in (0, 1):
-                rows = sc.reqs[side]
-                ok = rows.col("status") == 0
-                toks = rows.col("ctok")[ok]
-                cla = idx[side][rows.col("sid")[ok]]
-                ns.append(len(toks))
-                sums = (
-                    cluster_sums(toks, cla, W[side].shape[1])
-                    if len(toks)
-                    else np.zeros(W[side].shape[1])
-                )
-                spt.append(float(toks.sum()) / per[side])
-                sbs.append(wdot(W[side], sums, wmax[side]) / per[side])
+            tot, sat, ns = prep[n]
+            spt = [tot[side] / per[side] for side in (0, 1)]
+            sbs = [prods[side][sat[side]] / per[side] for side in (0, 1)]
             m = MetricDiff(
                 scope_name,
                 n,

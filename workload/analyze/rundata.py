@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import gc
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +215,42 @@ def load_run(path: Path | str, *, rows: bool = False) -> RunData:
                 dest.extend({**r, "session_id": f"{b.name}:{r.get('session_id', '')}"} for r in src)
     dur = sum(durs) if durs else None
     return RunData(path, run, reqs, sess, mets, None, dur, skipped, bd, keep)
+
+
+# requests*.jsonl per run from which `load_pair` reads the two runs at once (about 250,000
+# rows): below it, starting a second interpreter costs more than it saves.
+PARALLEL_BYTES = 64 * 2**20
+
+
+def _request_bytes(path: Path) -> int:
+    """Bytes of request rows in a run directory (its blocks included); 0 when unreadable."""
+    try:
+        files = [*path.glob("requests*.jsonl"), *path.glob("block-*/requests*.jsonl")]
+        return sum(f.stat().st_size for f in files if f.is_file())
+    except OSError:
+        return 0
+
+
+def load_pair(path_a: Path | str, path_b: Path | str) -> tuple[RunData, RunData]:
+    """`load_run` of both runs of a comparison; large ones at once, A in a second process.
+
+    Reading is mostly Python (a JSON parse and the columns, a row at a time), so the two
+    runs of a comparison take one core each when there are two. The child is a fresh
+    interpreter (spawn: nothing of the caller's threads or state is forked), and sends
+    the columns back pickled. Errors are A's first, as when read one after the other.
+    """
+    a, b = Path(path_a), Path(path_b)
+    big = min(_request_bytes(a), _request_bytes(b)) >= PARALLEL_BYTES
+    if not big or (os.cpu_count() or 1) < 2:
+        return load_run(a), load_run(b)
+    try:
+        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+            fut = pool.submit(load_run, a)
+            try:
+                rb = load_run(b)
+            except CompareError:
+                fut.result()  # A's error, if any, comes first
+                raise
+            return fut.result(), rb
+    except (BrokenProcessPool, OSError):  # no second process to be had: one after the other
+        return load_run(a), load_run(b)

@@ -62,7 +62,7 @@ import numpy as np
 from scipy import stats as _sps
 
 from workload.analyze.blocks import apply_block_intervals, common_blocks
-from workload.analyze.bootstrap import Scope
+from workload.analyze.bootstrap import Scope, weights_ahead
 from workload.analyze.catalogue import (
     METRICS,
     SLICE_METRICS,
@@ -78,7 +78,7 @@ from workload.analyze.catalogue import (
 )
 from workload.analyze.estimate import min_samples, scope_metrics
 from workload.analyze.render import render_text as _render_text
-from workload.analyze.rundata import RunData, load_run
+from workload.analyze.rundata import RunData, load_pair, load_run
 from workload.analyze.serverinfo import class_histogram, error_kinds, server_summary
 from workload.analyze.slices import gates_in_slice, slice_filters, spec_lines, where_lines
 from workload.analyze.table import Pair, Rows
@@ -390,8 +390,11 @@ def compare_runs(
     """
     if n_boot < 100:
         raise CompareError(f"n_boot must be at least 100, got {n_boot}")
-    a = run_a if isinstance(run_a, RunData) else load_run(run_a)
-    b = run_b if isinstance(run_b, RunData) else load_run(run_b)
+    if isinstance(run_a, RunData) or isinstance(run_b, RunData):
+        a = run_a if isinstance(run_a, RunData) else load_run(run_a)
+        b = run_b if isinstance(run_b, RunData) else load_run(run_b)
+    else:
+        a, b = load_pair(run_a, run_b)
     if confidence is None:
         alpha = profile_compare(b.run).get("alpha", profile_compare(a.run).get("alpha", 0.05))
         confidence = 1.0 - float(alpha) if isinstance(alpha, (int, float)) else 0.95
@@ -432,25 +435,26 @@ def compare_runs(
     pair = Pair((a.req_cols, b.req_cols), (a.sess_cols, b.sess_cols))
     req = (Rows(pair.req[0]), Rows(pair.req[1]))
     sess = (Rows(pair.sess[0]), Rows(pair.sess[1]))
+    # Every scope first (overall, classes, then per class its steps and slices), in the
+    # order their weights are drawn, so the draws can run ahead in a second thread.
+    jobs: list[tuple[str, Scope, list[str]]] = []
     for name, cls in scopes:
         ra, rb = (pair.of_class(r, cls) for r in req)
         sa, sb = (pair.of_class(s, cls) for s in sess)
-        sc = Scope(ra, rb, sa, sb, paired, pair.n_ids)
-        metrics += scope_metrics(name, sc, top_names, rng, n_boot, dur)
+        jobs.append((name, Scope(ra, rb, sa, sb, paired, pair.n_ids), top_names))
     if steps:
         for cls in classes:
             ra, rb = (pair.of_class(r, cls) for r in req)
             sta, stb = ra.col("step"), rb.col("step")
             for k in np.unique(np.concatenate([sta, stb])).tolist():
                 sc = Scope(ra.where(sta == k), rb.where(stb == k), None, None, paired, pair.n_ids)
-                metrics += scope_metrics(
-                    f"step:{cls}:{k}", sc, list(STEP_METRICS), rng, n_boot, dur
-                )
+                jobs.append((f"step:{cls}:{k}", sc, list(STEP_METRICS)))
             for label, keep_a, keep_b in slice_filters(ra, rb):
                 sc = Scope(ra.where(keep_a), rb.where(keep_b), None, None, paired, pair.n_ids)
-                metrics += scope_metrics(
-                    f"slice:{cls}:{label}", sc, list(SLICE_METRICS), rng, n_boot, dur
-                )
+                jobs.append((f"slice:{cls}:{label}", sc, list(SLICE_METRICS)))
+    drawn = weights_ahead([sc for _, sc, _ in jobs], rng, n_boot)
+    for (name, sc, names), w in zip(jobs, drawn, strict=True):
+        metrics += scope_metrics(name, sc, names, rng, n_boot, dur, w)
     n_blocks = apply_block_intervals(metrics, a, b, pair, scopes, paired, rng)
 
     for m in metrics:
