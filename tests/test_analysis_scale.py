@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import threading
 from pathlib import Path
 
@@ -244,7 +245,17 @@ def test_two_runs_read_at_once_are_the_runs_read_in_turn(tmp_path, monkeypatch):
 
     a, b = write_pair(tmp_path)
     monkeypatch.setattr(rundata, "PARALLEL_BYTES", 1)
+    monkeypatch.setattr(rundata, "_spawn_safe", lambda: True)  # pytest's console script
+    pools = []
+
+    class Pool(rundata.ProcessPoolExecutor):
+        def __init__(self, *args, **kw):
+            pools.append(self)
+            super().__init__(*args, **kw)
+
+    monkeypatch.setattr(rundata, "ProcessPoolExecutor", Pool)
     got = rundata.load_pair(a, b)
+    assert len(pools) == 1  # A was read in the second process
     for g, path in zip(got, (a, b), strict=True):
         want = rundata.load_run(path)
         assert (g.run, g.block_durations, g.skipped) == (
@@ -260,6 +271,31 @@ def test_two_runs_read_at_once_are_the_runs_read_in_turn(tmp_path, monkeypatch):
     (b / "block-0" / "run.json").write_text("{")
     with pytest.raises(CompareError, match="/a/block-0/run.json"):
         rundata.load_pair(a, b)
+
+
+@pytest.mark.parametrize(
+    "spec_name, file, safe",
+    [
+        ("workload.cli.__main__", None, True),  # python -m workload.cli
+        ("pytest.__main__", None, True),
+        (None, "/venv/bin/agentload", True),  # the console script (guarded)
+        (None, None, True),  # interactive
+        (None, "/home/me/nightly_compare.py", False),  # a user's script: maybe unguarded
+    ],
+)
+def test_a_second_process_only_where_spawn_cannot_rerun_the_callers_script(
+    monkeypatch, spec_name, file, safe
+):
+    import types
+
+    from workload.analyze import rundata
+
+    main = types.ModuleType("__main__")
+    main.__spec__ = types.SimpleNamespace(name=spec_name) if spec_name else None
+    if file:
+        main.__file__ = file
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert rundata._spawn_safe() is safe
 
 
 def test_weights_drawn_ahead_are_the_weights_drawn_in_turn():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import gc
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
@@ -231,6 +232,23 @@ def _request_bytes(path: Path) -> int:
         return 0
 
 
+def _spawn_safe() -> bool:
+    """Whether a spawned child can start without running the caller's script again.
+
+    Spawn re-imports the parent's __main__ in the child unless it was run with `-m`
+    (`python -m workload.cli`, pytest) or is a console script (guarded by
+    `if __name__ == "__main__"`, as pip writes them). A user's own script calling
+    compare_runs may not be guarded: re-running it in the child could start anything it
+    starts (a canary, a load test), so such callers read one run after the other.
+    """
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return name == "__main__" or name.endswith(".__main__")
+    path = getattr(main, "__file__", None)
+    return path is None or Path(path).name == "agentload"
+
+
 def load_pair(path_a: Path | str, path_b: Path | str) -> tuple[RunData, RunData]:
     """`load_run` of both runs of a comparison; large ones at once, A in a second process.
 
@@ -241,7 +259,7 @@ def load_pair(path_a: Path | str, path_b: Path | str) -> tuple[RunData, RunData]
     """
     a, b = Path(path_a), Path(path_b)
     big = min(_request_bytes(a), _request_bytes(b)) >= PARALLEL_BYTES
-    if not big or (os.cpu_count() or 1) < 2:
+    if not big or (os.cpu_count() or 1) < 2 or not _spawn_safe():
         return load_run(a), load_run(b)
     try:
         with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
