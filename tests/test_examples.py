@@ -14,7 +14,7 @@ Substitutions (`rewrite`), mechanical and the same for every command:
   locustfile path is taken from the repository;
 - `--duration`/`--run-time` -> 10s (added to `agentload run`/`canary` when absent),
   `--users` -> 2 (added when absent), `--spawn-rate` -> 2, `--workers` at most 2,
-  `--blocks` -> 2 (added to `canary` when absent);
+  `--blocks` -> 2 (added to `canary` when absent; 4 with `--early-stop`);
 - `--host`, `--baseline`, `--candidate` and `$TARGET` -> one shared simulator
   (`fast` preset); `--baseline-cmd`/`--candidate-cmd` (a server command, e.g. vLLM) ->
   the embedded simulator started on the canary's `{port}`; `capacity` -> `--min 1
@@ -194,7 +194,8 @@ def rewrite(cmd: str, sim_url: str) -> list[str]:
             if "--users" not in out:
                 out += ["--users", "2"]
         if sub == "canary" and "--blocks" not in out:
-            out += ["--blocks", "2"]  # the default 5 blocks, shortened like --blocks N
+            # the default 5 blocks, shortened like --blocks N (--early-stop needs 4 to look)
+            out += ["--blocks", "4" if "--early-stop" in out else "2"]
         if sub in ("run", "capacity") and "--host" not in out:
             out += ["--sim-preset", "fast"]
         if sub == "capacity":
