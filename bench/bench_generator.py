@@ -36,8 +36,8 @@ gives the planner-only figure for comparison.
 Locust's ``--processes``) and prints events/s and the scaling against the first count: with N
 free cores a run should reach >= 0.9 x N (issue 16). The timed server is one process: its own
 CPU share is printed, and near a full core it, not agentload, is the limit. Where the cores
-are not free, the steady events per CPU-second (master included) and the projected scaling
-``N x that / the first's`` say what N free cores would give.
+are not free, the events per CPU-second in the run's steady middle (master included) and the
+projected scaling ``N x that / the first's`` say what N free cores would give.
 
 Figures depend on the machine and its load; nothing is asserted.
 """
@@ -102,6 +102,7 @@ class ChildRun:
     peak_rss_mib: float
     rss_samples: list[tuple[float, float]] = field(default_factory=list)  # (t since start, MiB)
     output: str = ""
+    cpu_samples: list[tuple[float, float]] = field(default_factory=list)  # (t, tree CPU s so far)
 
 
 def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun:
@@ -109,7 +110,7 @@ def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started_wall = time.time()
     t0 = time.monotonic()
-    peak, samples = 0.0, []
+    peak, samples, cpu_samples = 0.0, [], []
     with tempfile.TemporaryFile() as log:
         proc = psutil.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=_env())
         try:
@@ -120,6 +121,8 @@ def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun
                 try:
                     tree = [proc, *proc.children(recursive=True)]
                     rss = sum(p.memory_info().rss for p in tree) / 2**20
+                    cpu_now = sum(sum(p.cpu_times()[:2]) for p in tree)
+                    cpu_samples.append((time.monotonic() - t0, cpu_now))
                 except psutil.Error:
                     rss = 0.0
                 peak = max(peak, rss)
@@ -132,7 +135,7 @@ def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun
         log.seek(0)
         output = log.read().decode(errors="replace")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return ChildRun(proc.returncode, started_wall, wall, cpu, peak, samples, output)
+    return ChildRun(proc.returncode, started_wall, wall, cpu, peak, samples, output, cpu_samples)
 
 
 def _env() -> dict[str, str]:
@@ -341,14 +344,25 @@ def bench_generators(args: argparse.Namespace) -> None:
     print_table(results)
 
 
+def mid_run_cpu_rate(child: ChildRun) -> float:
+    """CPU-seconds per second of the process tree over the middle 40 % of the child's life:
+    the traffic's steady state, without start-up (imports, forks) and shut-down (the
+    workers' stop, the summary and report), which grow with the worker count."""
+    lo, hi = 0.35 * child.wall_s, 0.75 * child.wall_s
+    mid = [(t, c) for t, c in child.cpu_samples if lo <= t <= hi]
+    if len(mid) < 2 or mid[-1][0] <= mid[0][0]:
+        return float("nan")
+    return (mid[-1][1] - mid[0][1]) / (mid[-1][0] - mid[0][0])
+
+
 def bench_workers(args: argparse.Namespace) -> None:
     """agentload's events/s at each worker count, and the scaling against the first.
 
     On a machine with fewer free cores than workers (plus the server) the events/s cannot
-    scale, so this also prints what scaling needs: events per generator CPU-second in steady
-    state (the whole tree, master included, less a one-second run's start-up and shut-down CPU
-    at that worker count), and the projection `workers x that / the first count's`: the
-    events/s N workers reach on N free cores if each saturates its own core.
+    scale, so this also prints what scaling needs: events per CPU-second of the whole tree
+    (master included) in the run's steady middle, and the projection `workers x that / the
+    first count's`: the events/s N workers reach on N free cores if each saturates its own
+    core. (Whole-run CPU also counts start-up and shut-down, which grow with the workers.)
     """
     users = (args.users or [200])[0]
     print(
@@ -357,25 +371,23 @@ def bench_workers(args: argparse.Namespace) -> None:
         f"{psutil.cpu_count()} CPUs, load {psutil.getloadavg()[0]:.1f} before"
     )
     print(f"{'workers':>7s} {'reqs':>6s} {'events':>7s} {'ev/s':>7s} {'x first':>7s} "
-          f"{'core':>5s} {'server':>6s} {'ev/cpu-s':>8s} {'steady':>7s} {'proj xN':>7s} "
-          f"{'exit':>4s} {'load':>5s}")  # fmt: skip
-    tiny = argparse.Namespace(ttft=0.001, itl=0.0, tokens=1, duration=1.0)
+          f"{'core':>5s} {'server':>6s} {'ev/cpu-s':>8s} {'mid cpu/s':>9s} {'mid ev/cpu-s':>12s} "
+          f"{'proj xN':>7s} {'exit':>4s} {'load':>5s}")  # fmt: skip
     first = first_eff = None
     for w in args.workers:
-        startup = measure("agentload", 1, tiny, workers=w).child.cpu_s
         r = measure("agentload", users, args, workers=w)
         # events/s over the traffic's span (start-up excluded: workers fork and prepare first)
         rate = r.events / r.span_s if r.span_s else 0.0
         first = first or rate or None
         scale = rate / first if first else float("nan")
-        steady_cpu = r.child.cpu_s - startup
-        eff = r.events / steady_cpu if steady_cpu > 0 else float("nan")
+        cpu_rate = mid_run_cpu_rate(r.child)
+        eff = rate / cpu_rate if cpu_rate > 0 else float("nan")
         first_eff = first_eff or eff
         proj = w / args.workers[0] * eff / first_eff
         print(
             f"{w:7d} {r.requests:6d} {r.events:7d} {rate:7.0f} {scale:7.2f} {r.core:5.2f} "
-            f"{r.server_core:6.2f} {r.events / r.child.cpu_s:8.0f} {eff:7.0f} {proj:7.2f} "
-            f"{r.child.returncode:4d} {psutil.getloadavg()[0]:5.1f}",
+            f"{r.server_core:6.2f} {r.events / r.child.cpu_s:8.0f} {cpu_rate:9.2f} {eff:12.0f} "
+            f"{proj:7.2f} {r.child.returncode:4d} {psutil.getloadavg()[0]:5.1f}",
             flush=True,
         )
 
