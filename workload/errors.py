@@ -7,6 +7,8 @@ Errors are raised where input is checked and turned into one line
 
 from __future__ import annotations
 
+import signal
+
 EXIT_OK = 0
 EXIT_ERRORS = 1  # errors above the allowed ratio
 EXIT_BAD_INPUT = 2  # bad input or an unusable target
@@ -18,10 +20,23 @@ EXIT_SIGHUP = 129  # 128 + SIGHUP: the terminal went away
 EXIT_SIGINT = 130  # 128 + SIGINT: Ctrl-C
 EXIT_SIGTERM = 143  # 128 + SIGTERM: a script or CI cancelled the run
 
+# The stop protocol between `agentload run` and its Locust child (workload.locust.launch, which
+# imports only this module before gevent patches): the env var naming the fd on which the child
+# writes one byte once its Python runs; until then a stop signal kills it instead.
+READY_FD_ENV = "AGENTLOAD_READY_FD"
+
 
 def exit_code_for_signal(signum: int) -> int:
     """The conventional shell exit status of a run ended by signal `signum` (128 + signum)."""
     return 128 + int(signum)
+
+
+def stopped_before_run_line(signum: int) -> str:
+    """The last line of `agentload run` stopped by `signum` before its run began."""
+    return (
+        f"agentload: exit {exit_code_for_signal(signum)}: interrupted "
+        f"({signal.Signals(signum).name}) before the run started; nothing was measured"
+    )
 
 
 class AgentloadError(Exception):

@@ -8,6 +8,7 @@ left running. Each is bounded (about 40 s at most).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -58,6 +59,18 @@ def _wait_for_traffic(
         # their tokenizer miss heartbeats and start no users (not what this test checks).
         pytest.skip(f"the workers sent no traffic within {timeout:g}s (machine too busy)")
     pytest.fail(f"no traffic recorded in {timeout:g}s; {out}: {listing}; {output}")
+
+
+def _wait_for_child(proc: subprocess.Popen, holding: str = "", timeout: float = 30) -> None:
+    """Until `agentload run` has a child process whose command line holds `holding`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            kids = psutil.Process(proc.pid).children(recursive=True)
+            if any(holding in " ".join(k.cmdline()) for k in kids):
+                return
+        time.sleep(0.01)
+    pytest.fail(f"no child holding {holding!r} started: {proc.communicate(timeout=30)}")
 
 
 def _left_running(out: Path, wait_s: float = 10.0) -> list[psutil.Process]:
@@ -112,14 +125,7 @@ def test_ctrl_c_while_locust_starts(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = _start(out)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and proc.poll() is None:
-            kids = psutil.Process(proc.pid).children(recursive=True)
-            if any("workload.locust.launch" in " ".join(k.cmdline()) for k in kids):
-                break
-            time.sleep(0.02)
-        else:
-            pytest.fail(f"Locust never started: {proc.communicate(timeout=30)}")
+        _wait_for_child(proc, "workload.locust.launch")
         os.killpg(proc.pid, signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=40)
     finally:
@@ -143,11 +149,7 @@ def test_sigterm_while_the_run_starts(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = _start(out, ignore_sigint=True)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and proc.poll() is None:
-            if psutil.Process(proc.pid).children(recursive=True):
-                break
-            time.sleep(0.01)
+        _wait_for_child(proc)  # the simulator or Locust: either is starting
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=40)
     finally:

@@ -249,6 +249,9 @@ def _judge(m: MetricDiff, tail: float) -> None:
         m.verdict = VERDICT_SAME
 
 
+# The start of the warning for a comparison shorter than the validated design.
+SHORT_DESIGN_WARNING = "this comparison ("
+
 # Past this many times the traffic, "run longer" is not advice: the design cannot settle it.
 SETTLE_MAX = 25.0
 
@@ -374,6 +377,12 @@ def _drop_duplicate_gates(metrics: list[MetricDiff]) -> None:
             m.gated, m.same_as = False, "overall"
 
 
+def default_confidence(run_a: dict, run_b: dict) -> float:
+    """1 - the recorded profile's `compare.alpha` (B's, else A's), else 0.95."""
+    alpha = profile_compare(run_b).get("alpha", profile_compare(run_a).get("alpha", 0.05))
+    return 1.0 - float(alpha) if isinstance(alpha, (int, float)) else 0.95
+
+
 def compare_runs(
     run_a: Path | str | RunData,
     run_b: Path | str | RunData,
@@ -396,8 +405,7 @@ def compare_runs(
     else:
         a, b = load_pair(run_a, run_b)
     if confidence is None:
-        alpha = profile_compare(b.run).get("alpha", profile_compare(a.run).get("alpha", 0.05))
-        confidence = 1.0 - float(alpha) if isinstance(alpha, (int, float)) else 0.95
+        confidence = default_confidence(a.run, b.run)
     if not 0.5 < confidence < 1:
         raise CompareError(f"confidence must be in (0.5, 1), got {confidence}")
     th = resolve_thresholds(a.run, b.run, thresholds)
@@ -420,7 +428,7 @@ def compare_runs(
     if per_block is not None and (per_block < 0.9 * VALIDATED_S or 2 <= nb < VALIDATED_BLOCKS):
         design = f"{nb} blocks x {per_block:.0f} s" if nb >= 2 else f"one run of {per_block:.0f} s"
         warnings.append(
-            f"this comparison ({design}) is shorter than the design the verdict was validated "
+            f"{SHORT_DESIGN_WARNING}{design}) is shorter than the design the verdict was validated "
             f"at ({VALIDATED_BLOCKS} blocks x {VALIDATED_S:.0f} s of mixed on the simulator, "
             "docs/canary-verdict-quality.md): fewer blocks widen the block intervals, shorter "
             "blocks make the start-up wave a larger share"

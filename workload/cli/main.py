@@ -17,6 +17,7 @@ from workload.errors import (
     SetupError,
     UsageError,
     exit_code_for_signal,
+    stopped_before_run_line,
 )
 from workload.measure import artifacts
 from workload.observe.safe import redact_url
@@ -67,13 +68,8 @@ def cmd_run(argv: list[str]) -> int:
     try:
         return _cmd_run(argv)
     except _StoppedBeforeRun as e:
-        code = exit_code_for_signal(e.signum)
-        print(
-            f"agentload: exit {code}: interrupted ({signal.Signals(e.signum).name}) before the "
-            "run started; nothing was measured",
-            file=sys.stderr,
-        )
-        return code
+        print(stopped_before_run_line(e.signum), file=sys.stderr)
+        return exit_code_for_signal(e.signum)
 
 
 def _cmd_run(argv: list[str]) -> int:
@@ -297,11 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         # Ctrl-C before the run started (loading, probing, starting the simulator).
-        print(
-            f"agentload: exit {EXIT_SIGINT}: interrupted (SIGINT) before the run started; "
-            "nothing was measured",
-            file=sys.stderr,
-        )
+        print(stopped_before_run_line(signal.SIGINT), file=sys.stderr)
         return EXIT_SIGINT
 
 

@@ -13,14 +13,14 @@ import contextlib
 import os
 import sys
 
-from workload.errors import EXIT_SIGINT
+from workload.errors import EXIT_SIGINT, READY_FD_ENV
 
 
 def main() -> int:
     try:
         # Tell `agentload run` this process runs Python code now: from here a Ctrl-C is a
         # KeyboardInterrupt caught below (before this, the parent kills it instead).
-        fd = os.environ.pop("AGENTLOAD_READY_FD", None)
+        fd = os.environ.pop(READY_FD_ENV, None)
         if fd is not None:
             with contextlib.suppress(OSError, ValueError):
                 os.write(int(fd), b"1")

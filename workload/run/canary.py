@@ -52,7 +52,7 @@ from workload.analyze.options import QuietParser, add_verdict_options, run_cli
 from workload.analyze.startup import add_startup, split_startup_flags
 from workload.analyze.thresholds import MIN_BLOCKS, parse_threshold_flags
 from workload.analyze.traffic import VALIDATED_BLOCKS
-from workload.analyze.verdict import compare_runs
+from workload.analyze.verdict import SHORT_DESIGN_WARNING, compare_runs, default_confidence
 from workload.errors import EXIT_BAD_INPUT, EXIT_REGRESSION, UsageError
 from workload.procs import die_with_parent, stop_child
 from workload.run.servers import (
@@ -404,13 +404,11 @@ class _EarlyStop:
         if self.alpha is None:
             if self.confidence is not None:
                 self.alpha = 1.0 - self.confidence
-            else:  # the profile's compare.alpha, as compare_runs would read it
-                from workload.analyze.rundata import load_run
+            else:  # the profile's compare.alpha, as compare_runs reads it (run.json only)
+                from workload.measure.artifacts import read_json
 
-                run = load_run(self.out_dir / "candidate" / "block-0").run
-                prof = run.get("profile") if isinstance(run.get("profile"), dict) else {}
-                alpha = (prof.get("compare") or {}).get("alpha", 0.05)
-                self.alpha = float(alpha) if isinstance(alpha, (int, float)) else 0.05
+                a, b = (read_json(self.out_dir / side / "block-0" / "run.json") for side in SIDES)
+                self.alpha = 1.0 - default_confidence(a, b)
         return self.alpha
 
     def interim_alpha(self) -> float:
@@ -445,7 +443,7 @@ class _EarlyStop:
         )
         if settled:
             # Fewer blocks than the validated design, by decision: say that instead.
-            cmp.warnings = [w for w in cmp.warnings if not w.startswith("this comparison (")]
+            cmp.warnings = [w for w in cmp.warnings if not w.startswith(SHORT_DESIGN_WARNING)]
             cmp.warnings.append(
                 f"stopped early after {n} of {self.blocks} blocks per side: settled at the "
                 f"interim level alpha {alpha:.4g} (--early-stop; the interim looks spend "

@@ -25,15 +25,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from workload.errors import EXIT_ERRORS, exit_code_for_signal
+from workload.errors import (
+    EXIT_ERRORS,
+    READY_FD_ENV,
+    exit_code_for_signal,
+    stopped_before_run_line,
+)
 from workload.procs import die_with_parent
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 SAME_STOP_S = 0.25  # signals this close together are one stop
 HARD_STOP_AFTER_S = 60.0  # after a stop signal, the child gets this long to write its summary
-
-
-READY_FD_ENV = "AGENTLOAD_READY_FD"  # workload.locust.launch writes one byte here when it runs
 
 
 def run_child(cmd: list[str], out: str | Path) -> int:
@@ -68,14 +70,8 @@ def run_child(cmd: list[str], out: str | Path) -> int:
     if received and (early.killed or not (Path(out) / "run.json").exists()):
         # Stopped while Locust was still starting (killed here, or workload.locust.launch
         # exited quietly): there is no run, so the run's own last line never came.
-        status = exit_code_for_signal(received[0])
-        print(
-            f"agentload: exit {status}: interrupted ({_name(received[0])}) before the run "
-            "started; nothing was measured",
-            file=sys.stderr,
-            flush=True,
-        )
-        return status
+        print(stopped_before_run_line(received[0]), file=sys.stderr, flush=True)
+        return exit_code_for_signal(received[0])
     if code >= 0:
         return code
     # The child itself was killed: its last line is missing, so say what happened here.
