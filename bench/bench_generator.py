@@ -326,6 +326,12 @@ def bench_generators(args: argparse.Namespace) -> None:
         f"{args.tokens} tokens; {args.duration:g} s per run; {psutil.cpu_count()} CPUs, "
         f"load {psutil.getloadavg()[0]:.1f}; times in ms, CPU of the whole child tree"
     )
+    from workload.measure.transport import read_stamps
+
+    print(
+        f"  agentload's reads are stamped by: {read_stamps('http://127.0.0.1:1')} "
+        "(kernel: when the bytes arrived, SO_TIMESTAMPNS; the raw floor stamps in user space)"
+    )
     # one user, near-instant replies, one second: what starting and stopping costs
     tiny = argparse.Namespace(ttft=0.001, itl=0.0, tokens=1, duration=1.0)
     startup = {gen: measure(gen, 1, tiny).child.cpu_s for gen in ("raw", "agentload")}

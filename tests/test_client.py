@@ -518,3 +518,68 @@ def test_gap_rounding_is_round_to_the_microsecond():
     for d in ds:
         assert repr(_gaps_ms([10**15, 10**15 + d])[0]) == repr(round(d / 1e6, 3)), d
     assert _gaps_ms([5]) == []
+
+
+# ---------------------------------------------------------------- kernel receive stamps
+
+
+class StampedResponse(FakeResponse):
+    """A transport response with kernel receive stamps: each scripted read also says how long
+    before the read returned its newest bytes arrived (``rx_ns`` on the wall_ns clock)."""
+
+    WALL0 = 1_700_000_000 * 10**9
+
+    def __init__(self, clock: FakeClock, reads: list) -> None:
+        super().__init__(clock, 200, [(d, item) for d, _age, item in reads])
+        self.ages = [age for _d, age, _item in reads]
+        self.rx_ns = 0
+
+    def wall_ns(self) -> int:
+        return self.WALL0 + self.clock.now  # realtime moves with the fake monotonic clock
+
+    def read_some(self) -> bytes:
+        out = self.readline()
+        age = self.ages.pop(0) if self.ages else None
+        self.rx_ns = 0 if age is None else self.wall_ns() - int(age * MS)
+        return out
+
+
+def run_stamped(reads, **kw):
+    clock = FakeClock()
+    resp = StampedResponse(clock, reads)
+    tr = FakeTransport(clock, resp, header_ms=kw.pop("header_ms", 0.0))
+    client = Client("http://fake:1/", transport=tr, clock=clock, wall_ns=resp.wall_ns)
+    return client.exchange(request())
+
+
+def test_kernel_stamps_move_each_read_back_to_when_its_bytes_arrived():
+    # read delays (ms after the last read), the kernel's age of the bytes at the read, event
+    rec = run_stamped(
+        [
+            (5, None, sse(ROLE)),  # no kernel stamp for this read: user-space time
+            (300, 250, sse(chunk({"content": "Hel"}))),  # arrived at 55 ms, read at 305
+            (10, 5, sse(chunk({"content": "lo"}))),  # arrived at 310
+            (30, 0, sse(chunk({"content": "!"}, finish="stop"))),  # at 345
+            (1, 0.5, sse(final_chunk()) + sse("[DONE]")),  # at 345.5
+        ]
+    )
+    assert rec.status == "ok", rec.error_detail
+    assert rec.ttft_ms == 55.0
+    assert rec.itl_gaps_ms == [255.0, 35.0]
+    assert rec.e2e_ms == 345.5
+
+
+def test_kernel_stamps_never_go_before_the_previous_read_or_the_send():
+    rec = run_stamped(
+        [
+            (50, 500, sse(chunk({"content": "a"}))),  # "arrived" before the request was sent
+            (20, 100, sse(chunk({"content": "b"}))),  # before the previous read's stamp
+            (10, -40, sse(chunk({"content": "c"}, finish="stop"))),  # in the future: read time
+            (1, 0, sse(final_chunk()) + sse("[DONE]")),
+        ],
+        header_ms=2,
+    )
+    assert rec.status == "ok", rec.error_detail
+    assert rec.ttft_ms == 0.0  # clamped to the send stamp
+    assert rec.itl_gaps_ms == [0.0, 82.0]  # clamped to the previous; then the user-space stamp
+    assert rec.e2e_ms == 83.0

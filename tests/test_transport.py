@@ -399,3 +399,39 @@ def test_real_reused_socket_has_its_stall_timeout_for_the_next_headers(server_fa
     assert first.ok, first.error_detail
     assert second.error_kind == "stall" and "headers" in second.error_detail
     assert srv.accepts == 1
+
+
+def test_kernel_ns_reads_the_timespec_and_skips_other_messages():
+    ts = struct.pack("@qq", 1_700_000_000, 123_456_789)
+    other = (socket.SOL_SOCKET, 1, b"\0" * 16)
+    assert tr.kernel_ns([other, (socket.SOL_SOCKET, tr._SO_TIMESTAMPNS, ts)]) == (
+        1_700_000_000_123_456_789
+    )
+    assert tr.kernel_ns([other]) == 0
+    assert tr.kernel_ns([]) == 0
+
+
+@pytest.mark.skipif(not tr.KERNEL_RX, reason="no kernel receive stamps on this platform")
+def test_real_busy_generator_still_stamps_when_the_bytes_arrived(server_factory):
+    """The process cannot read for 0.8 s (a blocking call in its event loop: a busy
+    generator); the content that arrived meanwhile is stamped when the kernel received it,
+    not when the read finally ran."""
+    import gevent
+
+    srv = server_factory(streaming(0.2))
+    client = Client(srv.url)
+    assert tr.read_stamps(srv.url) == "kernel"
+    assert tr.read_stamps("https://127.0.0.1:1") == "user"
+    blocker = gevent.spawn_later(0.05, time.sleep, 0.8)  # blocks the hub, not just a greenlet
+    try:
+        t0 = time.perf_counter()
+        rec = client.exchange(real_request())
+        waited_ms = (time.perf_counter() - t0) * 1000
+        blocker.join()
+    finally:
+        client.close()
+    assert rec.status == "ok", rec.error_detail
+    assert waited_ms >= 750  # the reads really were held up (until ~0.85 s)
+    # the content went out 200 ms after the role chunk; its reads ran after about 850 ms
+    assert 200 <= rec.ttft_ms < 600
+    assert rec.e2e_ms < 600

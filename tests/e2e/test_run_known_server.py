@@ -12,6 +12,7 @@ import pytest
 from tests.e2e.cli import CHAT_PROFILE, agentload
 from tests.e2e.known_server import SPEC, KnownServer
 from workload.measure.artifacts import read_records
+from workload.measure.transport import KERNEL_RX
 
 pytestmark = pytest.mark.slow
 
@@ -60,6 +61,7 @@ def test_run_records_every_request_with_content_ttft(tmp_path: Path) -> None:
     health = run["generator_health"]  # sampled every 2 s over an 8 s run
     assert health["samples"] >= 1 and health["cpu_threshold"] > 0
     assert set(health) >= {"cpu_max", "cpu_mean", "crossed", "loop_lag_ms_max"}
+    assert health["read_stamps"] == ("kernel" if KERNEL_RX else "user")
     assert (out / "sessions.jsonl").exists()
     assert (out / "report.html").exists()
     assert (out / "stats.json").exists()

@@ -280,8 +280,17 @@ class AgentRuntime:
             fingerprint=self.fingerprint,
             target=self.target,
             users=getattr(self.env.parsed_options, "num_users", None),
-            generator_health=self.health.summary() if self.health is not None else None,
+            generator_health=self._health_summary(),
         )
+
+    def _health_summary(self) -> dict[str, Any] | None:
+        if self.health is None:
+            return None
+        from workload.measure.transport import read_stamps
+
+        host = self.target.get("url") or self.spec.host or ""
+        # how response reads were stamped: "kernel" (when the bytes arrived) or "user"
+        return {**self.health.summary(), "read_stamps": read_stamps(str(host))}
 
     def close(self) -> None:
         self.stop_observers()

@@ -7,6 +7,11 @@ Timing (see ../shared/DESIGN.md "Definitions"):
   socket, so connect time and pool waits are not part of TTFT.
 * Every read is stamped the moment it returns, before any parsing: the SSE parser and
   ``orjson.loads`` run after the stamp. An event's time is the stamp of the read that completed it.
+  Where the transport has the kernel's receive time of the read's newest bytes
+  (``rx_ns``: Linux SO_TIMESTAMPNS on plain HTTP), the stamp is moved back to it: the time
+  the bytes reached this host, not the time this process got round to reading them (other
+  streams' parsing, a collection, a busy machine). It is never moved before the previous
+  read's stamp or the send stamp, so times stay in order whatever the realtime clock does.
 * TTFT: first chunk with non-empty ``content``, ``reasoning_content``/``reasoning`` or a
   ``tool_calls`` delta (``text`` for /v1/completions). A role-only chunk never counts.
   Non-streamed requests leave ``ttft_ms`` None (the first token is not observable) and measure
@@ -371,6 +376,7 @@ class Client:
         transport: Transport | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
         wall: Callable[[], float] = time.time,
+        wall_ns: Callable[[], int] = time.time_ns,
         run_id: str = "",
         worker: str = "0",
     ) -> None:
@@ -378,6 +384,7 @@ class Client:
         self._target = redact_url(self.base_url)  # records never carry user:password@
         self._clock = clock
         self._wall = wall
+        self._wall_ns = wall_ns  # the clock of the kernel's receive stamps (CLOCK_REALTIME)
         self._run_id = run_id
         self._worker = worker
         headers = {"User-Agent": "agentload", "Content-Type": "application/json"}
@@ -453,7 +460,7 @@ class Client:
                     f"streaming reply is {ctype[:80]}, not text/event-stream: {_excerpt(body)}",
                 )
             elif req.stream:
-                end_ns = self._read_stream(resp, reply, sent[0] + int(req.timeout_s * 1e9))
+                end_ns = self._read_stream(resp, reply, sent[0], sent[0] + int(req.timeout_s * 1e9))
             else:
                 body = resp.read()
                 end_ns = clock()
@@ -481,21 +488,33 @@ class Client:
         self._measure(rec, reply, sent[0], end_ns)
         return rec
 
-    def _read_stream(self, resp: TransportResponse, reply: _Reply, deadline_ns: int) -> int:
+    def _read_stream(
+        self, resp: TransportResponse, reply: _Reply, sent_ns: int, deadline_ns: int
+    ) -> int:
         """Read SSE to the end of the body; return the end-of-stream stamp."""
         parser = SSEParser()
         # read_some: everything one socket read delivered (many events under a backlog); the
         # fakes in tests hand out lines or whole events through readline
-        read = getattr(resp, "read_some", None) or resp.readline
+        some = getattr(resp, "read_some", None)
+        read = some or resp.readline
+        kernel = some is not None and hasattr(resp, "rx_ns")  # kernel receive stamps
+        wall_ns = self._wall_ns
         clock = self._clock
         on_data = reply.on_data
         feed = parser.feed_data
         head = b""  # first non-comment bytes, kept only to explain a stream without events
         t = clock()
+        prev = sent_ns
         try:
             while True:
                 line = read()
                 t = clock()  # stamp before any parsing: every event this read completed gets it
+                if kernel:
+                    rx = resp.rx_ns  # type: ignore[attr-defined]
+                    if rx:
+                        # when the bytes arrived, kept in order (a realtime clock step)
+                        t = max(t - max(wall_ns() - rx, 0), prev)
+                    prev = t
                 reply.last_ns = t
                 if not line:
                     break

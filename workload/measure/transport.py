@@ -17,6 +17,10 @@ Tests inject a fake with the small :class:`Transport` protocol.
 from __future__ import annotations
 
 import errno
+import platform
+import socket as _socket
+import struct
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from time import monotonic as _monotonic
@@ -87,6 +91,63 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+# ---------------------------------------------------------------- kernel receive stamps
+
+# The kernel's receive time of a read's bytes (Linux SO_TIMESTAMPNS on TCP: recvmsg hands back
+# the time the newest segment it returned reached this host's socket, CLOCK_REALTIME). A read
+# stamped in user space is late by whatever kept this process from reading at once (other
+# streams' parsing, a garbage collection, a busy machine); the kernel's stamp is not. Python's
+# socket module does not name the option: 35 is its number in Linux's asm-generic socket.h,
+# which x86-64 and arm64 use (some other architectures number it differently, so they read
+# without it). The struct timespec it carries is two 64-bit integers there.
+_SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@qq")
+_ANC_SPACE = _socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(_socket, "CMSG_SPACE") else 0
+
+
+def _kernel_rx_platform() -> bool:
+    return (
+        sys.platform.startswith("linux")
+        and platform.machine() in ("x86_64", "aarch64", "arm64")
+        and _ANC_SPACE > 0
+    )
+
+
+KERNEL_RX = _kernel_rx_platform()  # set False when the option is refused (one warning-free try)
+
+
+def kernel_ns(anc: list[tuple[int, int, bytes]]) -> int:
+    """The kernel receive stamp (realtime ns) in a recvmsg's ancillary data; 0 when absent."""
+    for level, kind, blob in anc:
+        if level == _socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(blob) >= 16:
+            sec, nsec = _TIMESPEC.unpack_from(blob)
+            return sec * 1_000_000_000 + nsec
+    return 0
+
+
+def _ask_kernel_stamps(sock: Any) -> None:
+    """Turn on receive stamps for a new plain TCP socket (no-op where unsupported)."""
+    global KERNEL_RX
+    if not KERNEL_RX:
+        return
+    try:
+        sock.setsockopt(_socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        KERNEL_RX = False  # refused (a sandboxed kernel): every read is stamped in user space
+
+
+def read_stamps(base_url: str) -> str:
+    """How body reads to ``base_url`` are stamped: "kernel" (SO_TIMESTAMPNS) or "user"."""
+    if not KERNEL_RX or not base_url.lower().startswith("http://"):
+        return "user"  # TLS reads go through the SSL layer: no per-read kernel stamp
+    try:  # the kernel may refuse the option (a sandbox): ask it once
+        with _socket.socket() as s:
+            s.setsockopt(_socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return "user"
+    return "kernel"
+
+
 # ---------------------------------------------------------------- geventhttpclient transport
 
 
@@ -104,7 +165,10 @@ def _make_pools():
             return sock
 
     class Pool(_FreshMark, ConnectionPool):
-        pass
+        def _create_socket(self):
+            sock = super()._create_socket()
+            _ask_kernel_stamps(sock)
+            return sock
 
     class SSLPool(_FreshMark, SSLConnectionPool):
         pass
@@ -160,9 +224,16 @@ class _BufferedGeventResponse(_GeventResponse):
     ``TimeoutError`` into it: the same "stall" as a socket timeout, at the same time. When
     reads made progress meanwhile it sleeps again until the newest stamp's deadline, so a
     stream costs one timer per stall timeout of its length, not one per read. ``readline`` and
-    ``read`` keep the socket timeout."""
+    ``read`` keep the socket timeout.
 
-    __slots__ = ("_stall_s", "_since", "_waiting", "_reader", "_timer", "_recv", "_raw", "_drained")
+    ``rx_ns`` is the kernel's receive stamp (realtime ns) of the newest bytes the last
+    ``read_some`` returned, 0 when it has none (TLS, no kernel stamps here, or bytes that came
+    in with the headers)."""
+
+    __slots__ = (
+        "_stall_s", "_since", "_waiting", "_reader", "_timer", "_recv", "_raw", "_drained",
+        "rx_ns",
+    )  # fmt: skip
 
     def __init__(self, r: Any) -> None:
         super().__init__(r)
@@ -180,6 +251,7 @@ class _BufferedGeventResponse(_GeventResponse):
         self._recv: Callable[[Any], bytes] | None = None  # one socket read, set on first use
         self._raw: Any = None
         self._drained = False  # the last socket read took less than a block
+        self.rx_ns = 0
 
     def read_some(self) -> bytes:
         """All body bytes that have arrived, waiting for one socket read if none are buffered;
@@ -189,6 +261,7 @@ class _BufferedGeventResponse(_GeventResponse):
 
         r = self._r
         buf = r._body_buffer
+        self.rx_ns = 0
         try:
             while not buf:
                 if r.message_complete:
@@ -233,7 +306,11 @@ class _BufferedGeventResponse(_GeventResponse):
                 self._waiting = False
         while True:
             try:
-                data = raw.recv(READ_BLOCK)
+                if KERNEL_RX:
+                    data, anc, _flags, _addr = raw.recvmsg(READ_BLOCK, _ANC_SPACE)
+                    self.rx_ns = kernel_ns(anc) if anc else 0
+                else:
+                    data = raw.recv(READ_BLOCK)
                 break
             except BlockingIOError:
                 pass
