@@ -103,6 +103,8 @@ class ChildRun:
     rss_samples: list[tuple[float, float]] = field(default_factory=list)  # (t since start, MiB)
     output: str = ""
     cpu_samples: list[tuple[float, float]] = field(default_factory=list)  # (t, tree CPU s so far)
+    # (t, {process name: CPU s so far}) per process of the tree, named by its place in it
+    proc_samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
 
 
 def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun:
@@ -110,7 +112,7 @@ def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started_wall = time.time()
     t0 = time.monotonic()
-    peak, samples, cpu_samples = 0.0, [], []
+    peak, samples, cpu_samples, proc_samples = 0.0, [], [], []
     with tempfile.TemporaryFile() as log:
         proc = psutil.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=_env())
         try:
@@ -121,8 +123,9 @@ def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun
                 try:
                     tree = [proc, *proc.children(recursive=True)]
                     rss = sum(p.memory_info().rss for p in tree) / 2**20
-                    cpu_now = sum(sum(p.cpu_times()[:2]) for p in tree)
-                    cpu_samples.append((time.monotonic() - t0, cpu_now))
+                    per = {_role(proc, p): sum(p.cpu_times()[:2]) for p in tree}
+                    cpu_samples.append((time.monotonic() - t0, sum(per.values())))
+                    proc_samples.append((time.monotonic() - t0, per))
                 except psutil.Error:
                     rss = 0.0
                 peak = max(peak, rss)
@@ -135,7 +138,21 @@ def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun
         log.seek(0)
         output = log.read().decode(errors="replace")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return ChildRun(proc.returncode, started_wall, wall, cpu, peak, samples, output, cpu_samples)
+    return ChildRun(
+        proc.returncode, started_wall, wall, cpu, peak, samples, output, cpu_samples, proc_samples
+    )
+
+
+def _role(root: psutil.Process, p: psutil.Process) -> str:
+    """A process's place in the generator's tree: cli (the command), locust (its Locust
+    process: the master with --workers), worker-PID (Locust's forked workers)."""
+    if p.pid == root.pid:
+        return "cli"
+    try:
+        parent = p.ppid()
+    except psutil.Error:
+        return f"proc-{p.pid}"
+    return "locust" if parent == root.pid else f"worker-{p.pid}"
 
 
 def _env() -> dict[str, str]:
@@ -361,6 +378,22 @@ def mid_run_cpu_rate(child: ChildRun) -> float:
     return (mid[-1][1] - mid[0][1]) / (mid[-1][0] - mid[0][0])
 
 
+def mid_run_split(child: ChildRun) -> str:
+    """The mid-run CPU rate per process ("locust 0.05 + 2 workers 0.31/0.30"): where a
+    multi-process run's CPU goes (the master's share is the overhead that workers add)."""
+    lo, hi = 0.35 * child.wall_s, 0.75 * child.wall_s
+    mid = [(t, per) for t, per in child.proc_samples if lo <= t <= hi]
+    if len(mid) < 2 or mid[-1][0] <= mid[0][0]:
+        return "n/a"
+    (t0, a), (t1, b) = mid[0], mid[-1]
+    rate = {k: (b[k] - a.get(k, b[k])) / (t1 - t0) for k in b}
+    workers = sorted(v for k, v in rate.items() if k.startswith("worker-"))
+    parts = [f"{k} {rate[k]:.2f}" for k in ("cli", "locust") if k in rate]
+    if workers:
+        parts.append(f"{len(workers)} workers " + "/".join(f"{v:.2f}" for v in workers))
+    return " + ".join(parts)
+
+
 def bench_workers(args: argparse.Namespace) -> None:
     """agentload's events/s at each worker count, and the scaling against the first.
 
@@ -373,7 +406,8 @@ def bench_workers(args: argparse.Namespace) -> None:
     users = (args.users or [200])[0]
     print(
         f"server: true TTFT {args.ttft * 1000:g} ms, ITL {args.itl * 1000:g} ms, "
-        f"{args.tokens} tokens; {users} users, {args.duration:g} s per run; "
+        f"{args.tokens} tokens; {users} users{' per worker' if args.per_worker else ''}, "
+        f"{args.duration:g} s per run; "
         f"{psutil.cpu_count()} CPUs, load {psutil.getloadavg()[0]:.1f} before"
     )
     print(f"{'workers':>7s} {'reqs':>6s} {'events':>7s} {'ev/s':>7s} {'x first':>7s} "
@@ -381,7 +415,7 @@ def bench_workers(args: argparse.Namespace) -> None:
           f"{'proj xN':>7s} {'exit':>4s} {'load':>5s}")  # fmt: skip
     first = first_eff = None
     for w in args.workers:
-        r = measure("agentload", users, args, workers=w)
+        r = measure("agentload", users * w if args.per_worker else users, args, workers=w)
         # events/s over the traffic's span (start-up excluded: workers fork and prepare first)
         rate = r.events / r.span_s if r.span_s else 0.0
         first = first or rate or None
@@ -396,6 +430,7 @@ def bench_workers(args: argparse.Namespace) -> None:
             f"{proj:7.2f} {r.child.returncode:4d} {psutil.getloadavg()[0]:5.1f}",
             flush=True,
         )
+        print(f"        mid-run CPU per process (core): {mid_run_split(r.child)}", flush=True)
 
 
 def bench_sessions(args: argparse.Namespace) -> None:
@@ -450,6 +485,12 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, help="instead: RSS per 1,000 idle agent sessions")
     ap.add_argument(
         "--workers", type=int, nargs="+", help="instead: agentload's events/s at each worker count"
+    )
+    ap.add_argument(
+        "--per-worker",
+        action="store_true",
+        help="--workers: --users is per worker (N workers drive N x the streams: weak scaling, "
+        "every process as busy as the first count's)",
     )
     args = ap.parse_args()
     if args.duration is None:
