@@ -254,6 +254,28 @@ def judge(out: Path, other: str = "candidate") -> dict:
     }
 
 
+@contextlib.contextmanager
+def first_blocks(out: Path, k: int | None):
+    """A kept trial cut to its first ``k`` blocks per side (symlinks in a temporary trial
+    directory), so a design with fewer blocks is judged on the same traffic; ``None``: as is."""
+    import tempfile
+
+    if k is None:
+        yield out
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-first-") as tmp:
+        t = Path(tmp)
+        for side in ("baseline", "twin", "candidate"):
+            if not (out / side).is_dir():
+                continue
+            (t / side).mkdir()
+            for i in range(k):
+                (t / side / f"block-{i}").symlink_to((out / side / f"block-{i}").resolve())
+        if (out / "scenario.json").exists():
+            (t / "scenario.json").symlink_to((out / "scenario.json").resolve())
+        yield t
+
+
 def judge_early(out: Path, other: str, blocks: int) -> dict:
     """Re-judge a kept trial as `agentload canary --early-stop` would have run it: the same
     looks (workload.run.canary._EarlyStop) over the blocks as they would have arrived."""
@@ -568,7 +590,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--blocks", type=int, default=DEFAULT_BLOCKS,
-        help="blocks per side, each one run of --duration (the canary's default design: 5)",
+        help=f"blocks per side, each one run of --duration (the canary's default design: "
+        f"{DEFAULT_BLOCKS}); --reanalyze: the trials' block count",
+    )  # fmt: skip
+    p.add_argument(
+        "--first-blocks", type=int, default=None,
+        help="--reanalyze: judge only the first K blocks of each trial (a shorter design on "
+        "the same traffic)",
     )  # fmt: skip
     p.add_argument(
         "--scenarios", default="",
@@ -637,22 +665,26 @@ def main(argv: list[str] | None = None) -> int:
             if counts != ({args.blocks} if args.blocks > 1 else {0}):
                 continue
             kind, _, i = d.name.partition("trial-")
-            if (d / "twin").exists() and args.early_stop:
-                sc = d / "scenario.json"
-                name = json.loads(sc.read_text())["name"] if sc.exists() else "custom"
-                for k, other in (("aa", "twin"), ("regression", "candidate")):
-                    r = judge_early(d, other, args.blocks)
-                    results.append({"kind": k, "i": int(i), "scenario": name, **r})
-                    print(
-                        f"[{k} {d.name} {name}] {r['verdict']} after {r['blocks_used']}", flush=True
-                    )
-            elif (d / "twin").exists():
-                sc = d / "scenario.json"
-                name = json.loads(sc.read_text())["name"] if sc.exists() else "custom"
-                results.append({"kind": "aa", "i": int(i), "scenario": name, **judge(d, "twin")})
-                results.append({"kind": "regression", "i": int(i), "scenario": name, **judge(d)})
-            else:
-                results.append({"kind": kind.rstrip("-"), "i": int(i), **judge(d)})
+            used = args.first_blocks or args.blocks
+            with first_blocks(d, args.first_blocks) as t:
+                if (t / "twin").exists() and args.early_stop:
+                    sc = t / "scenario.json"
+                    name = json.loads(sc.read_text())["name"] if sc.exists() else "custom"
+                    for k, other in (("aa", "twin"), ("regression", "candidate")):
+                        r = judge_early(t, other, used)
+                        results.append({"kind": k, "i": int(i), "scenario": name, **r})
+                        print(
+                            f"[{k} {d.name} {name}] {r['verdict']} after {r['blocks_used']}",
+                            flush=True,
+                        )
+                elif (t / "twin").exists():
+                    sc = t / "scenario.json"
+                    name = json.loads(sc.read_text())["name"] if sc.exists() else "custom"
+                    aa, reg = judge(t, "twin"), judge(t)
+                    results.append({"kind": "aa", "i": int(i), "scenario": name, **aa})
+                    results.append({"kind": "regression", "i": int(i), "scenario": name, **reg})
+                else:
+                    results.append({"kind": kind.rstrip("-"), "i": int(i), **judge(t)})
     else:
         for i in range(args.trials):
             if args.design == "triple":
@@ -675,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
     if args.early_stop:
-        print(summarize_early(results, args.blocks))
+        print(summarize_early(results, args.first_blocks or args.blocks))
         return 0
     print(summarize(results, args.scale - 1.0 if args.scale > 1 else 0.10))
     return 0

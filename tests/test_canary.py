@@ -57,20 +57,20 @@ def test_run_command_shape(tmp_path):
     assert cmd[-4:] == ["--profile", "mixed", "--server-log", "vllm.log"]
 
 
-def test_default_design_is_five_simultaneous_blocks(tmp_path, capsys):
-    """Default: 5 blocks per side, both sides' block i at once, seed S+i, one run length each."""
+def test_default_design_is_eight_simultaneous_blocks(tmp_path, capsys):
+    """Default: 8 blocks per side, both sides' block i at once, seed S+i, one run length each."""
     fake = FakeLauncher()
     code = run_canary(BASE, CAND, ["--duration", "30s", "--seed", "7"], tmp_path, launch=fake)
     assert code == 0
     seeds = [c[c.index("--seed") + 1] for c in fake.calls]
-    assert seeds == ["7", "7", "8", "8", "9", "9", "10", "10", "11", "11"]
+    assert seeds == [str(7 + i) for i in range(8) for _side in range(2)]
     assert all(c[c.index("--duration") + 1] == "30s" for c in fake.calls)
-    assert (tmp_path / "candidate" / "block-4" / "run.json").exists()
+    assert (tmp_path / "candidate" / "block-7" / "run.json").exists()
     d = json.loads((tmp_path / "comparison.json").read_text())
     assert d["verdict"] == "no detectable change" and d["canary"]["mode"] == "simultaneous"
-    assert d["blocks"] == 5
+    assert d["blocks"] == 8
     out = capsys.readouterr().out
-    assert "simultaneous, 5 blocks x 30 s per side (about 2.5 min of traffic)" in out
+    assert "simultaneous, 8 blocks x 30 s per side (about 4.0 min of traffic)" in out
     assert "VERDICT: NO DETECTABLE CHANGE" in out
 
 
@@ -135,16 +135,16 @@ def test_early_stop_ends_a_clear_regression_at_the_first_look(tmp_path, capsys):
         BASE, CAND, ["--duration", "30s", "--seed", "7"], tmp_path, launch=fake, early_stop=True
     )
     assert code == 3
-    assert len(fake.calls) == 6  # 3 blocks per side of 5
+    assert len(fake.calls) == 6  # 3 blocks per side of 8
     d = json.loads((tmp_path / "comparison.json").read_text())
     early = d["canary"]["early_stop"]
     assert early["stopped_after_blocks"] == 3 and d["blocks"] == 3
-    # two interim looks (after 3 and 4 blocks) share a tenth of alpha 0.05
-    assert early["looks"] == [{"blocks": 3, "alpha": 0.0025, "verdict": "worse"}]
-    assert any("stopped early after 3 of 5 blocks" in w for w in d["warnings"])
+    # five interim looks (after 3 to 7 blocks) share a tenth of alpha 0.05
+    assert early["looks"] == [{"blocks": 3, "alpha": 0.001, "verdict": "worse"}]
+    assert any("stopped early after 3 of 8 blocks" in w for w in d["warnings"])
     assert not any(w.startswith("this comparison (") for w in d["warnings"])
     out = capsys.readouterr().out
-    assert "interim look after 3 of 5 blocks (alpha 0.0025): worse; stopping early" in out
+    assert "interim look after 3 of 8 blocks (alpha 0.001): worse; stopping early" in out
 
 
 def test_early_stop_that_does_not_settle_runs_the_design_at_the_rest_of_alpha(tmp_path):
@@ -155,10 +155,10 @@ def test_early_stop_that_does_not_settle_runs_the_design_at_the_rest_of_alpha(tm
     )  # fmt: skip
     d = json.loads((tmp_path / "comparison.json").read_text())
     early = d["canary"]["early_stop"]
-    assert [lk["blocks"] for lk in early["looks"]] == [3, 4]
+    assert [lk["blocks"] for lk in early["looks"]] == [3, 4, 5, 6, 7]
     assert all(lk["verdict"] == "inconclusive" for lk in early["looks"])
     assert early["stopped_after_blocks"] is None and early["alpha_final"] == 0.045
-    assert len(fake.calls) == 10 and d["blocks"] == 5
+    assert len(fake.calls) == 16 and d["blocks"] == 8
     assert abs(d["method"]["confidence"] - 0.955) < 1e-9
 
 
@@ -178,7 +178,7 @@ def test_early_stop_passes_only_once_the_tails_gate(tmp_path, capsys):
     assert looks[0]["blocks"] == 3
     out = capsys.readouterr().out
     assert (
-        f"interim look after 3 of 5 blocks (alpha 0.0025): {looks[0]['verdict']}; going on" in out
+        f"interim look after 3 of 8 blocks (alpha 0.001): {looks[0]['verdict']}; going on" in out
     )
     assert len(fake.calls) >= 8
 

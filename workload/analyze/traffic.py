@@ -25,7 +25,7 @@ from workload.analyze.table import Pair
 # The run length the verdict's quality was measured at (mixed, simulator:
 # docs/canary-verdict-quality.md); shorter runs are judged but flagged.
 VALIDATED_S = 60.0
-VALIDATED_BLOCKS = 5  # the canary's default design: 5 blocks of the profile's run (60 s)
+VALIDATED_BLOCKS = 8  # the canary's default design: 8 blocks of the profile's run (60 s)
 
 
 def _sets(argv: Any) -> list[str]:

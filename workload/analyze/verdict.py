@@ -497,7 +497,7 @@ def compare_runs(
         elif m.paired_share and m.metric in BETWEEN_INSTANCE and m.scope.startswith("class:"):
             # A class's tails and work done, judged across blocks, rest on that class's share
             # of the traffic: a small class (mixed's two background users) cannot rule out
-            # any useful change in 5 blocks. The overall row gates; the class row is shown
+            # any useful change in 8 blocks. The overall row gates; the class row is shown
             # (and named in "where" when it moved).
             m.gated, m.note = False, "class row shown; the overall row gates (name it to gate)"
     _drop_duplicate_gates(metrics)

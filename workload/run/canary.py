@@ -75,9 +75,11 @@ from workload.run.spec import (
 )
 
 MODES = ("simultaneous", "sequential", "interleaved")
-# The default design: 5 blocks per side, each one run of the profile's length (mixed: 60 s,
-# so 5 minutes side by side, 10 minutes alternating on one GPU). Measured in
-# docs/canary-verdict-quality.md; 5 blocks give the between-instance t-interval 4 df.
+# The default design: 8 blocks per side, each one run of the profile's length (mixed: 60 s,
+# so 8 minutes side by side, 16 minutes alternating on one GPU). Measured in
+# docs/canary-verdict-quality.md: the per-block spread of two instances of one server is
+# heavy-tailed, and with 5 blocks (t with 4 df) one A/A canary in 20 was inconclusive on some
+# tail or work-done metric; 8 blocks (7 df) make that about one in 400.
 # It is the design the verdict was validated at, so one constant serves both.
 DEFAULT_BLOCKS = VALIDATED_BLOCKS
 SIDES = ("baseline", "candidate")
