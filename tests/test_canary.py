@@ -177,9 +177,7 @@ def test_early_stop_passes_only_once_the_tails_gate(tmp_path, capsys):
     looks = json.loads((tmp_path / "comparison.json").read_text())["canary"]["early_stop"]["looks"]
     assert looks[0]["blocks"] == 3
     out = capsys.readouterr().out
-    assert (
-        f"interim look after 3 of 8 blocks (alpha 0.001): {looks[0]['verdict']}; going on" in out
-    )
+    assert f"interim look after 3 of 8 blocks (alpha 0.001): {looks[0]['verdict']}; going on" in out
     assert len(fake.calls) >= 8
 
 
