@@ -235,6 +235,8 @@ def judge(out: Path, other: str = "candidate") -> dict:
                 "method": m.method,
                 "se": m.se,
                 "blocks": m.blocks,
+                "block_changes": m.block_changes,
+                "higher_is_worse": m.higher_is_worse,
                 "change_kind": m.change_kind,
                 # worse side of the one-sided (1 - alpha) bound, positive = worse
                 "eq_worse": (
@@ -388,6 +390,50 @@ def resolvable(aa: list[dict], q: float = 0.95) -> list[str]:
     return lines
 
 
+def resampled(aa: list[dict], sizes: tuple[int, ...] = (5, 6, 7, 8, 10)) -> list[str]:
+    """The A/A miss rate of the block metrics for other block counts, from the blocks kept.
+
+    The per-block changes of every A/A trial are pooled per metric (two instances of one
+    server: no trial-level effect was found, so blocks are exchangeable across trials) and
+    n of them drawn with replacement, 100,000 times: the share of draws whose one-sided
+    bound mean + t(n-1, 0.95) * s / sqrt(n) reaches the metric's threshold, per metric and
+    for any of them (an A/A canary needs all to settle). Unlike a normal model this keeps the
+    spread's heavy tails: an occasional block far out widens s past the threshold.
+    """
+    pool: dict[tuple[str, str], list[float]] = {}
+    info: dict[tuple[str, str], tuple[float, bool, str]] = {}
+    for r in aa:
+        for g in r.get("gated_rows") or []:
+            if g.get("method") == "blocks" and g.get("block_changes") and g.get("threshold"):
+                key = (g["scope"], g["metric"])
+                pool.setdefault(key, []).extend(g["block_changes"])
+                info[key] = (g["threshold"], g.get("higher_is_worse", True), g["change_kind"])
+    if not pool:
+        return []
+    rng = np.random.default_rng(0)
+    lines = [
+        "  resampled from the kept blocks: A/A share inconclusive on a block metric "
+        "(per metric; any) by blocks per side"
+    ]
+    for n in sizes:
+        tq = sps.t.ppf(0.95, n - 1)
+        anyf = np.zeros(100_000, dtype=bool)
+        parts = []
+        for key in sorted(pool):
+            thr, hiw, kind = info[key]
+            lim = (math.log1p(thr) if hiw else -math.log1p(-thr)) if kind == "relative" else thr
+            draw = rng.choice(np.asarray(pool[key]), (100_000, n))
+            sign = 1.0 if hiw else -1.0
+            bound = sign * draw.mean(1) + tq * draw.std(1, ddof=1) / math.sqrt(n)
+            miss = bound >= lim
+            anyf |= miss
+            parts.append(f"{key[1]} {100 * miss.mean():.2f}")
+        lines.append(
+            f"    {n:2d} blocks: any {100 * anyf.mean():.2f} %  (" + ", ".join(parts) + ")"
+        )
+    return lines
+
+
 def summarize(results: list[dict], threshold: float = 0.10) -> str:
     aa = [r for r in results if r["kind"] == "aa"]
     rg = [r for r in results if r["kind"] == "regression"]
@@ -427,6 +473,7 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
         lines.append(f"A/A verdicts: {verdicts}")
         lines.append("Resolution of the design (A/A bounds; a threshold above q95 settles 95 %):")
         lines += resolvable(aa)
+        lines += resampled(aa)
         k = sum(r["verdict"] == VERDICT_SAME for r in aa)
         lo, hi = wilson(k, len(aa))
         lines.append(

@@ -41,6 +41,10 @@ def test_blocks_gate_tails_on_the_across_block_interval(tmp_path):
     cmp = compare_runs(a, b)
     p95 = _row(cmp, "overall", "ttft_p95")
     assert p95.gated and p95.method == "blocks" and p95.blocks == 5
+    # each block's log ratio, kept (comparison.json) so a reader sees which block moved it
+    assert len(p95.block_changes) == 5 and all(0.2 < v < 0.5 for v in p95.block_changes)
+    assert "block_changes" in p95.to_dict()
+    assert "block_changes" not in _row(cmp, "overall", "ttft_shift").to_dict()
     assert p95.verdict == VERDICT_WORSE and cmp.exit_code == 3
     assert cmp.blocks == 5 and "t-interval across 5 blocks" in cmp.gating
     assert _row(cmp, "overall", "output_throughput").method == "blocks"

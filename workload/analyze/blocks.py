@@ -96,4 +96,5 @@ def apply_block_intervals(
         m.change = math.expm1(mean) if m.change_kind == "relative" else mean
         m.se = float(arr.std(ddof=1) / math.sqrt(len(arr)))
         m.method, m.blocks = "blocks", len(arr)
+        m.block_changes = [round(v, 6) for v in vals]
     return len(blocks)

@@ -115,6 +115,9 @@ class MetricDiff:
     # on counts), "poisson" (count rates).
     method: str = "bootstrap"
     blocks: int = 0  # blocks behind a "blocks" interval (its t has blocks - 1 degrees of freedom)
+    # "blocks": each block's change on the test scale (log ratio | difference), in block order:
+    # which block moved a metric, and the spread the interval came from
+    block_changes: list[float] | None = None
     counts: tuple[int, int, int, int] | None = None  # exact: (hits A, n A, hits B, n B)
     p_value: float | None = None  # exact: Fisher's two-sided p
     # Equivalence (gated rows with a threshold): the worse-side bound of the one-sided
@@ -130,6 +133,8 @@ class MetricDiff:
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["ci"] = list(self.ci) if self.ci else None
+        if d["block_changes"] is None:
+            del d["block_changes"]  # only "blocks" rows have them
         return {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()
         }
