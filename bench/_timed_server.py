@@ -1,7 +1,7 @@
 """A known-timing OpenAI-compatible chat server for the benchmarks, in its own process.
 
-Single-threaded asyncio on raw streams, so its stamps are not delayed by a GIL shared with
-handler threads. Every POST is answered as a streamed chat completion: a role-only chunk at
+Single-threaded asyncio on raw sockets, so its stamps are not delayed by a GIL shared with
+handler threads; a request's arrival is the kernel's receive time of its last bytes. Every POST is answered as a streamed chat completion: a role-only chunk at
 once, the first content chunk after ``ttft_s``, then one content chunk every ``itl_s`` up to
 ``tokens``, a usage chunk and ``data: [DONE]``. Any GET gets a one-model /v1/models list.
 
@@ -18,9 +18,12 @@ On stop it writes them as JSON ``{request_id: [arrive, first, last, n, max_gap, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
+import socket
+import struct
 import tempfile
 import time
 from pathlib import Path
@@ -35,12 +38,35 @@ SSE_HEAD = (
 CONTENT_MARK = b'"content":"t'
 
 
+# Request arrival is the kernel's receive time of the request's last bytes (Linux
+# SO_TIMESTAMPNS, the number in asm-generic socket.h), not when this loop got round to
+# reading them: a busy loop would otherwise shorten the server's TTFT by its own lateness
+# and put that into the client's "TTFT error". Without it, arrival is when the read returned.
+_SO_TIMESTAMPNS = 35
+_ANC = socket.CMSG_SPACE(16)
+
+
 def _chunked(payload: bytes) -> bytes:
     return b"%x\r\n" % len(payload) + payload + b"\r\n"
 
 
 def _event(json_bytes: bytes) -> bytes:
     return _chunked(b"data: " + json_bytes + b"\n\n")
+
+
+def _recv_stamped(sock: socket.socket) -> tuple[bytes, int]:
+    """One non-blocking read and the kernel's receive stamp of its newest bytes (0: none)."""
+    data, anc, _flags, _addr = sock.recvmsg(65536, _ANC)
+    for level, kind, blob in anc:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(blob) >= 16:
+            sec, nsec = struct.unpack_from("@qq", blob)
+            return data, sec * 1_000_000_000 + nsec
+    return data, 0
+
+
+def _wake(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def serve(
@@ -50,23 +76,26 @@ def serve(
     timings: dict[str, list[int]] = {}
     now = time.time_ns
 
-    async def stream(writer: asyncio.StreamWriter, rid: str, t_arrive: int) -> None:
+    async def stream(sock: socket.socket, rid: str, t_arrive: int) -> None:
+        loop = asyncio.get_running_loop()
+        # the first content is due ttft_s after the request arrived, not after it was read
+        due = loop.time() + ttft_s - max(now() - t_arrive, 0) / 1e9
         head = (
             b'{"id":"chatcmpl-%s","object":"chat.completion.chunk","model":"known","choices":'
             % (rid.encode())
         )
-        writer.write(
-            SSE_HEAD + _event(head + b'[{"index":0,"delta":{"role":"assistant","content":""}}]}')
+        await loop.sock_sendall(
+            sock,
+            SSE_HEAD + _event(head + b'[{"index":0,"delta":{"role":"assistant","content":""}}]}'),
         )
-        await writer.drain()
-        loop = asyncio.get_running_loop()
-        due = loop.time() + ttft_s
         rec = [t_arrive, 0, 0, 0, 0, 1]  # filled as chunks go out, so a cut stream still counts
         for i in range(tokens):
             delay = due - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            writer.write(_event(head + b'[{"index":0,"delta":{"content":"t%d "}}]}' % i))
+            await loop.sock_sendall(
+                sock, _event(head + b'[{"index":0,"delta":{"content":"t%d "}}]}' % i)
+            )
             t = now()
             if i == 0:
                 rec[1] = t
@@ -76,50 +105,99 @@ def serve(
             rec[2] = t
             rec[3] += 1
             rec[5] += 1
-            await writer.drain()
             due += itl_s
         usage = b'{"prompt_tokens":10,"completion_tokens":%d,"total_tokens":%d}' % (
             tokens,
             tokens + 10,
         )
-        writer.write(
-            _event(head + b'[],"usage":' + usage + b"}") + _event(b"[DONE]") + b"0\r\n\r\n"
+        await loop.sock_sendall(
+            sock, _event(head + b'[],"usage":' + usage + b"}") + _event(b"[DONE]") + b"0\r\n\r\n"
         )
-        await writer.drain()
         rec[5] += 2
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def read_more(sock: socket.socket) -> tuple[bytes, int]:
+        """Wait for bytes; return them with their arrival (kernel stamp, else when read)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                data, kernel = _recv_stamped(sock)
+                return data, kernel or now()
+            except BlockingIOError:
+                pass
+            ready = loop.create_future()
+            loop.add_reader(sock.fileno(), _wake, ready)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(sock.fileno())
+
+    async def handle(sock: socket.socket) -> None:
+        buf, arrived = b"", 0
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode().split("\r\n")
+                end = -1
+                while True:
+                    head_end = buf.find(b"\r\n\r\n")
+                    if head_end >= 0:
+                        lines = buf[:head_end].decode().split("\r\n")
+                        hdrs = {
+                            k.lower(): v.strip()
+                            for k, _, v in (x.partition(":") for x in lines[1:] if x)
+                        }
+                        end = head_end + 4 + int(hdrs.get("content-length", "0"))
+                        if len(buf) >= end:
+                            break
+                    data, arrived = await read_more(sock)
+                    if not data:
+                        return
+                    buf += data
+                # the request's last bytes came with the read stamped `arrived`
                 method = lines[0].split(" ", 1)[0]
-                hdrs = {
-                    k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)
-                }
-                await reader.readexactly(int(hdrs.get("content-length", "0")))
-                t_arrive = now()
+                buf, t_arrive = buf[end:], arrived
                 if method == "GET":
-                    writer.write(
+                    await asyncio.get_running_loop().sock_sendall(
+                        sock,
                         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                        b"Content-Length: %d\r\n\r\n" % len(MODELS) + MODELS
+                        b"Content-Length: %d\r\n\r\n" % len(MODELS) + MODELS,
                     )
-                    await writer.drain()
                     continue
-                await stream(writer, hdrs.get("x-request-id", ""), t_arrive)
-        except (asyncio.IncompleteReadError, ConnectionError):
+                await stream(sock, hdrs.get("x-request-id", ""), t_arrive)
+        except (ConnectionError, OSError):
             pass
         finally:
-            writer.close()
+            sock.close()
 
     async def main() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096)
-        port_q.put(server.sockets[0].getsockname()[1])
         loop = asyncio.get_running_loop()
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        with contextlib.suppress(OSError):  # inherited by accepted sockets: a request that
+            lsock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)  # came before accept too
+        lsock.listen(4096)
+        lsock.setblocking(False)
+        port_q.put(lsock.getsockname()[1])
         stop = loop.create_future()
         loop.add_reader(stop_fd, lambda: stop.done() or stop.set_result(None))
+        tasks: set[asyncio.Task] = set()
+
+        async def accept() -> None:
+            while True:
+                conn, _ = await loop.sock_accept(lsock)
+                conn.setblocking(False)
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                with contextlib.suppress(OSError):  # no kernel stamps: stamped when read
+                    conn.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                t = loop.create_task(handle(conn))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+
+        acceptor = loop.create_task(accept())
         await stop
+        acceptor.cancel()
+        for t in list(tasks):
+            t.cancel()
         Path(out_path).write_text(json.dumps(timings))
+        lsock.close()
 
     asyncio.run(main())
 

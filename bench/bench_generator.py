@@ -215,6 +215,7 @@ class Result:
     itl_err: list[float]
     itl_max_err: list[float]
     lag_after: list[float] = field(default_factory=list)  # past the start-up wave
+    ttft_after: list[float] = field(default_factory=list)  # TTFT error past the start-up wave
     server_core: float = 0.0  # the timed server's CPU / wall: near 1.0, its stamps lag
     startup_cpu_s: float = 0.0  # start-up and shut-down CPU of this generator, measured apart
     span_s: float = 0.0  # first request start to last request end (the traffic's own span)
@@ -295,7 +296,8 @@ def measure(generator: str, users: int, args: argparse.Namespace, workers: int =
     # steady state, without every user's first request built and sent at once.
     t0 = min((r["t_start"] for r in rows if r.get("t_start")), default=0.0)
     later = [r for r in rows if r.get("t_start", 0.0) >= t0 + STARTUP_WAVE_S]
-    result.lag_after = match(later, timings)[1]
+    late = match(later, timings)
+    result.ttft_after, result.lag_after = late[0], late[1]
     result.server_core = srv.cpu_s / srv.wall_s
     ends = [r["t_start"] + (r.get("e2e_ms") or 0) / 1000 for r in rows if r.get("t_start")]
     if ends:
@@ -310,7 +312,7 @@ def print_table(results: list[Result]) -> None:
         f"{'ev/cpu-s':>8s} {'req/cpu-s':>9s} {'cpu-s/1k':>8s} {'x raw':>5s} {'steady':>7s} "
         f"{'x raw':>5s} {'RSS MiB':>7s} {'server':>6s}  "
         f"{'TTFT err p50/p99/max':>22s}  {'recv lag p50/p99/max':>22s}  "
-        f"{'lag after 2s p99/max':>20s}  "
+        f"{'lag after 2s p99/max':>20s}  {'TTFT err after 2s':>18s}  "
         f"{'ITL err p50/p99/max':>22s}  {'ITL max err':>22s}"
     )
     for r in results:
@@ -325,7 +327,8 @@ def print_table(results: list[Result]) -> None:
             f"{r.requests / c.cpu_s:9.1f} {r.cpu_per_1k:8.4f} {ratio:5.2f} "
             f"{r.steady_cpu_per_1k:7.4f} {steady:5.2f} {c.peak_rss_mib:7.0f} {r.server_core:6.2f}  "
             f"{_pcts(r.ttft_err):>22s}  {_pcts(r.lag):>22s}  "
-            f"{_pcts(r.lag_after).split('/', 1)[-1]:>20s}  {_pcts(r.itl_err):>22s}  "
+            f"{_pcts(r.lag_after).split('/', 1)[-1]:>20s}  "
+            f"{_pcts(r.ttft_after).split('/', 1)[-1]:>18s}  {_pcts(r.itl_err):>22s}  "
             f"{_pcts(r.itl_max_err):>22s}"
         )
     for gen in dict.fromkeys(r.generator for r in results):
