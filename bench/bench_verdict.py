@@ -434,6 +434,42 @@ def resampled(aa: list[dict], sizes: tuple[int, ...] = (5, 6, 7, 8, 10)) -> list
     return lines
 
 
+def injected_tail(aa: list[dict], sizes: tuple[int, ...] = (5, 8)) -> list[str]:
+    """How often a tail-only regression of TPOT p95 would be caught, from the A/A blocks kept.
+
+    The simulator has no tail trade-off to run (docs/canary-verdict-quality.md), so this
+    injects one into real between-instance noise: n pooled A/A per-block changes of the
+    overall TPOT p95 plus log(1 + r), judged as the verdict judges a block row: worse when the
+    Bonferroni-adjusted two-sided interval (alpha / the trials' median gated count) excludes
+    0 and the change reaches half the threshold, inconclusive when the one-sided bound still
+    reaches the threshold, else a pass.
+    """
+    pool, thr = [], None
+    for r in aa:
+        for g in r.get("gated_rows") or []:
+            if (g["scope"], g["metric"]) == ("overall", "tpot_p95") and g.get("block_changes"):
+                pool.extend(g["block_changes"])
+                thr = g["threshold"]
+    gated = [r["gated"] for r in aa if r.get("gated")]
+    if not pool or not thr or not gated:
+        return []
+    m = statistics.median(gated)
+    rng = np.random.default_rng(0)
+    lines = [f"  tail-only TPOT p95 rise injected into the kept A/A blocks (threshold {thr:.0%}):"]
+    for n in sizes:
+        q = sps.t.ppf(1 - 0.05 / m / 2, n - 1)
+        tq = sps.t.ppf(0.95, n - 1)
+        parts = []
+        for rise in (0.3, 0.4, 0.5, 0.6, 0.8):
+            draw = rng.choice(np.asarray(pool), (100_000, n)) + math.log1p(rise)
+            mean, se = draw.mean(1), draw.std(1, ddof=1) / math.sqrt(n)
+            worse = (mean - q * se > 0) & (np.expm1(mean) >= thr / 2)
+            passed = ~worse & (mean + tq * se < math.log1p(thr))
+            parts.append(f"+{rise:.0%}: worse {worse.mean():.0%}, pass {passed.mean():.0%}")
+        lines.append(f"    {n} blocks: " + "; ".join(parts))
+    return lines
+
+
 def summarize(results: list[dict], threshold: float = 0.10) -> str:
     aa = [r for r in results if r["kind"] == "aa"]
     rg = [r for r in results if r["kind"] == "regression"]
@@ -474,6 +510,7 @@ def summarize(results: list[dict], threshold: float = 0.10) -> str:
         lines.append("Resolution of the design (A/A bounds; a threshold above q95 settles 95 %):")
         lines += resolvable(aa)
         lines += resampled(aa)
+        lines += injected_tail(aa)
         k = sum(r["verdict"] == VERDICT_SAME for r in aa)
         lo, hi = wilson(k, len(aa))
         lines.append(
