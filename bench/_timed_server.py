@@ -23,7 +23,6 @@ import json
 import multiprocessing as mp
 import os
 import socket
-import struct
 import tempfile
 import time
 from pathlib import Path
@@ -39,11 +38,9 @@ CONTENT_MARK = b'"content":"t'
 
 
 # Request arrival is the kernel's receive time of the request's last bytes (Linux
-# SO_TIMESTAMPNS, the number in asm-generic socket.h), not when this loop got round to
+# SO_TIMESTAMPNS, read as agentload's transport reads it), not when this loop got round to
 # reading them: a busy loop would otherwise shorten the server's TTFT by its own lateness
 # and put that into the client's "TTFT error". Without it, arrival is when the read returned.
-_SO_TIMESTAMPNS = 35
-_ANC = socket.CMSG_SPACE(16)
 
 
 def _chunked(payload: bytes) -> bytes:
@@ -52,16 +49,6 @@ def _chunked(payload: bytes) -> bytes:
 
 def _event(json_bytes: bytes) -> bytes:
     return _chunked(b"data: " + json_bytes + b"\n\n")
-
-
-def _recv_stamped(sock: socket.socket) -> tuple[bytes, int]:
-    """One non-blocking read and the kernel's receive stamp of its newest bytes (0: none)."""
-    data, anc, _flags, _addr = sock.recvmsg(65536, _ANC)
-    for level, kind, blob in anc:
-        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(blob) >= 16:
-            sec, nsec = struct.unpack_from("@qq", blob)
-            return data, sec * 1_000_000_000 + nsec
-    return data, 0
 
 
 def _wake(fut: asyncio.Future) -> None:
@@ -73,6 +60,9 @@ def serve(
     port_q: mp.Queue, stop_fd: int, out_path: str, ttft_s: float, itl_s: float, tokens: int
 ) -> None:
     """The server's process body; writes the timings to ``out_path`` when stop_fd is readable."""
+    # here, not at module level: the raw floor client imports this module too
+    from workload.measure.transport import RX_ANC_SPACE, SO_TIMESTAMPNS, kernel_ns
+
     timings: dict[str, list[int]] = {}
     now = time.time_ns
 
@@ -119,9 +109,9 @@ def serve(
         """Wait for bytes; return them with their arrival (kernel stamp, else when read)."""
         loop = asyncio.get_running_loop()
         while True:
-            try:
-                data, kernel = _recv_stamped(sock)
-                return data, kernel or now()
+            try:  # the kernel's receive stamp of the read's newest bytes (0: none)
+                data, anc, _flags, _addr = sock.recvmsg(65536, RX_ANC_SPACE)
+                return data, kernel_ns(anc) or now()
             except BlockingIOError:
                 pass
             ready = loop.create_future()
@@ -172,7 +162,7 @@ def serve(
         lsock = socket.socket()
         lsock.bind(("127.0.0.1", 0))
         with contextlib.suppress(OSError):  # inherited by accepted sockets: a request that
-            lsock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)  # came before accept too
+            lsock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)  # came before accept too
         lsock.listen(4096)
         lsock.setblocking(False)
         port_q.put(lsock.getsockname()[1])
@@ -186,7 +176,7 @@ def serve(
                 conn.setblocking(False)
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 with contextlib.suppress(OSError):  # no kernel stamps: stamped when read
-                    conn.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                    conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
                 t = loop.create_task(handle(conn))
                 tasks.add(t)
                 t.add_done_callback(tasks.discard)

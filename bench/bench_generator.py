@@ -102,7 +102,6 @@ class ChildRun:
     peak_rss_mib: float
     rss_samples: list[tuple[float, float]] = field(default_factory=list)  # (t since start, MiB)
     output: str = ""
-    cpu_samples: list[tuple[float, float]] = field(default_factory=list)  # (t, tree CPU s so far)
     # (t, {process name: CPU s so far}) per process of the tree, named by its place in it
     proc_samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
 
@@ -112,7 +111,7 @@ def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started_wall = time.time()
     t0 = time.monotonic()
-    peak, samples, cpu_samples, proc_samples = 0.0, [], [], []
+    peak, samples, proc_samples = 0.0, [], []
     with tempfile.TemporaryFile() as log:
         proc = psutil.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=_env())
         try:
@@ -124,7 +123,6 @@ def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun
                     tree = [proc, *proc.children(recursive=True)]
                     rss = sum(p.memory_info().rss for p in tree) / 2**20
                     per = {_role(proc, p): sum(p.cpu_times()[:2]) for p in tree}
-                    cpu_samples.append((time.monotonic() - t0, sum(per.values())))
                     proc_samples.append((time.monotonic() - t0, per))
                 except psutil.Error:
                     rss = 0.0
@@ -138,9 +136,7 @@ def run_child(cmd: list[str], timeout_s: float, poll_s: float = 0.1) -> ChildRun
         log.seek(0)
         output = log.read().decode(errors="replace")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return ChildRun(
-        proc.returncode, started_wall, wall, cpu, peak, samples, output, cpu_samples, proc_samples
-    )
+    return ChildRun(proc.returncode, started_wall, wall, cpu, peak, samples, output, proc_samples)
 
 
 def _role(root: psutil.Process, p: psutil.Process) -> str:
@@ -370,26 +366,30 @@ def bench_generators(args: argparse.Namespace) -> None:
     print_table(results)
 
 
-def mid_run_cpu_rate(child: ChildRun) -> float:
-    """CPU-seconds per second of the process tree over the middle 40 % of the child's life:
-    the traffic's steady state, without start-up (imports, forks) and shut-down (the
-    workers' stop, the summary and report), which grow with the worker count."""
+def mid_run_rates(child: ChildRun) -> dict[str, float] | None:
+    """CPU-seconds per second of each process over the middle 40 % of the child's life: the
+    traffic's steady state, without start-up (imports, forks) and shut-down (the workers'
+    stop, the summary and report), which grow with the worker count. None: too few samples."""
     lo, hi = 0.35 * child.wall_s, 0.75 * child.wall_s
-    mid = [(t, c) for t, c in child.cpu_samples if lo <= t <= hi]
+    mid = [(t, per) for t, per in child.proc_samples if lo <= t <= hi]
     if len(mid) < 2 or mid[-1][0] <= mid[0][0]:
-        return float("nan")
-    return (mid[-1][1] - mid[0][1]) / (mid[-1][0] - mid[0][0])
+        return None
+    (t0, a), (t1, b) = mid[0], mid[-1]
+    return {k: (b[k] - a.get(k, b[k])) / (t1 - t0) for k in b}
+
+
+def mid_run_cpu_rate(child: ChildRun) -> float:
+    """The process tree's mid-run CPU-seconds per second (mid_run_rates, summed)."""
+    rate = mid_run_rates(child)
+    return sum(rate.values()) if rate is not None else float("nan")
 
 
 def mid_run_split(child: ChildRun) -> str:
     """The mid-run CPU rate per process ("locust 0.05 + 2 workers 0.31/0.30"): where a
     multi-process run's CPU goes (the master's share is the overhead that workers add)."""
-    lo, hi = 0.35 * child.wall_s, 0.75 * child.wall_s
-    mid = [(t, per) for t, per in child.proc_samples if lo <= t <= hi]
-    if len(mid) < 2 or mid[-1][0] <= mid[0][0]:
+    rate = mid_run_rates(child)
+    if rate is None:
         return "n/a"
-    (t0, a), (t1, b) = mid[0], mid[-1]
-    rate = {k: (b[k] - a.get(k, b[k])) / (t1 - t0) for k in b}
     workers = sorted(v for k, v in rate.items() if k.startswith("worker-"))
     parts = [f"{k} {rate[k]:.2f}" for k in ("cli", "locust") if k in rate]
     if workers:

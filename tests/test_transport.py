@@ -404,7 +404,7 @@ def test_real_reused_socket_has_its_stall_timeout_for_the_next_headers(server_fa
 def test_kernel_ns_reads_the_timespec_and_skips_other_messages():
     ts = struct.pack("@qq", 1_700_000_000, 123_456_789)
     other = (socket.SOL_SOCKET, 1, b"\0" * 16)
-    assert tr.kernel_ns([other, (socket.SOL_SOCKET, tr._SO_TIMESTAMPNS, ts)]) == (
+    assert tr.kernel_ns([other, (socket.SOL_SOCKET, tr.SO_TIMESTAMPNS, ts)]) == (
         1_700_000_000_123_456_789
     )
     assert tr.kernel_ns([other]) == 0

@@ -100,16 +100,16 @@ class Transport(Protocol):
 # socket module does not name the option: 35 is its number in Linux's asm-generic socket.h,
 # which x86-64 and arm64 use (some other architectures number it differently, so they read
 # without it). The struct timespec it carries is two 64-bit integers there.
-_SO_TIMESTAMPNS = 35
+SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("@qq")
-_ANC_SPACE = _socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(_socket, "CMSG_SPACE") else 0
+RX_ANC_SPACE = _socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(_socket, "CMSG_SPACE") else 0
 
 
 def _kernel_rx_platform() -> bool:
     return (
         sys.platform.startswith("linux")
         and platform.machine() in ("x86_64", "aarch64", "arm64")
-        and _ANC_SPACE > 0
+        and RX_ANC_SPACE > 0
     )
 
 
@@ -119,7 +119,7 @@ KERNEL_RX = _kernel_rx_platform()  # set False when the option is refused (one w
 def kernel_ns(anc: list[tuple[int, int, bytes]]) -> int:
     """The kernel receive stamp (realtime ns) in a recvmsg's ancillary data; 0 when absent."""
     for level, kind, blob in anc:
-        if level == _socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(blob) >= 16:
+        if level == _socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(blob) >= 16:
             sec, nsec = _TIMESPEC.unpack_from(blob)
             return sec * 1_000_000_000 + nsec
     return 0
@@ -131,21 +131,18 @@ def _ask_kernel_stamps(sock: Any) -> None:
     if not KERNEL_RX:
         return
     try:
-        sock.setsockopt(_socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        sock.setsockopt(_socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     except OSError:
         KERNEL_RX = False  # refused (a sandboxed kernel): every read is stamped in user space
 
 
 def read_stamps(base_url: str) -> str:
     """How body reads to ``base_url`` are stamped: "kernel" (SO_TIMESTAMPNS) or "user"."""
-    if not KERNEL_RX or not base_url.lower().startswith("http://"):
+    if not base_url.lower().startswith("http://"):
         return "user"  # TLS reads go through the SSL layer: no per-read kernel stamp
-    try:  # the kernel may refuse the option (a sandbox): ask it once
-        with _socket.socket() as s:
-            s.setsockopt(_socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-    except OSError:
-        return "user"
-    return "kernel"
+    with _socket.socket() as s:  # the kernel may refuse the option (a sandbox): ask it
+        _ask_kernel_stamps(s)
+    return "kernel" if KERNEL_RX else "user"
 
 
 # ---------------------------------------------------------------- geventhttpclient transport
@@ -307,7 +304,7 @@ class _BufferedGeventResponse(_GeventResponse):
         while True:
             try:
                 if KERNEL_RX:
-                    data, anc, _flags, _addr = raw.recvmsg(READ_BLOCK, _ANC_SPACE)
+                    data, anc, _flags, _addr = raw.recvmsg(READ_BLOCK, RX_ANC_SPACE)
                     self.rx_ns = kernel_ns(anc) if anc else 0
                 else:
                     data = raw.recv(READ_BLOCK)
