@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 from scipy import stats as sps  # noqa: E402
 
+from workload.analyze.blocks import trimmed_interval  # noqa: E402
 from workload.analyze.catalogue import VERDICT_MIXED, VERDICT_SAME, VERDICT_WORSE  # noqa: E402
 
 FAILS = (VERDICT_WORSE, VERDICT_MIXED)  # verdicts that exit 3
@@ -235,6 +236,7 @@ def judge(out: Path, other: str = "candidate") -> dict:
                 "method": m.method,
                 "se": m.se,
                 "blocks": m.blocks,
+                "df": m.df,
                 "block_changes": m.block_changes,
                 "higher_is_worse": m.higher_is_worse,
                 "change_kind": m.change_kind,
@@ -344,28 +346,25 @@ def resolvable(aa: list[dict], q: float = 0.95) -> list[str]:
                 key = (g["scope"], g["metric"])
                 per.setdefault(key, []).append(g["eq_worse"])
                 thr[key] = g["threshold"]
-    # Block-interval metrics: the per-block spread sigma pooled over trials (se * sqrt(blocks)),
-    # and the threshold an A/A trial's bound stays under with 99 % probability, by Monte
-    # Carlo of bound = mean + t(n-1, 0.95) * s / sqrt(n) with mean ~ N(0, sigma^2 / n),
-    # s^2 ~ sigma^2 chi2(n-1) / (n-1): the design's resolution for that metric.
+    # Block-interval metrics: the per-block spread sigma pooled over trials (from each trial's
+    # block changes), and the threshold an A/A trial's bound stays under with 99 % probability,
+    # by Monte Carlo of the verdict's own bound (trimmed centre + t(df, 0.95) * se) over n
+    # normal blocks of that spread: the design's resolution for that metric.
     sig: dict[tuple[str, str], list[float]] = {}
     nb: dict[tuple[str, str], int] = {}
     for r in aa:
         for g in r.get("gated_rows") or []:
-            if g.get("method") == "blocks" and g.get("se") and g.get("blocks", 0) >= 2:
+            ch = g.get("block_changes") or []
+            if g.get("method") == "blocks" and len(ch) >= 2:
                 key = (g["scope"], g["metric"])
-                sig.setdefault(key, []).append(g["se"] ** 2 * g["blocks"])
-                nb[key] = g["blocks"]
+                sig.setdefault(key, []).append(statistics.variance(ch))
+                nb[key] = len(ch)
     rng = np.random.default_rng(0)
     t99: dict[tuple[str, str], float] = {}
     for key, v in sig.items():
         n, sigma = nb[key], math.sqrt(statistics.mean(v))
-        z = rng.standard_normal(200_000)
-        chi = rng.chisquare(n - 1, 200_000)
-        bound = sigma * (
-            z / math.sqrt(n) + sps.t.ppf(0.95, n - 1) * np.sqrt(chi / (n - 1)) / math.sqrt(n)
-        )
-        t99[key] = float(np.quantile(bound, 0.99))
+        centre, se, df = trimmed_interval(sigma * rng.standard_normal((200_000, n)))
+        t99[key] = float(np.quantile(centre + sps.t.ppf(0.95, df) * se, 0.99))
     lines = []
     for (scope, metric), v in sorted(per.items()):
         if scope.startswith("slice:"):
@@ -396,7 +395,8 @@ def resampled(aa: list[dict], sizes: tuple[int, ...] = (5, 6, 7, 8, 10)) -> list
     The per-block changes of every A/A trial are pooled per metric (two instances of one
     server: no trial-level effect was found, so blocks are exchangeable across trials) and
     n of them drawn with replacement, 100,000 times: the share of draws whose one-sided
-    bound mean + t(n-1, 0.95) * s / sqrt(n) reaches the metric's threshold, per metric and
+    bound (the verdict's trimmed centre + t(df, 0.95) * se) reaches the metric's threshold, per
+    metric and
     for any of them (an A/A canary needs all to settle). Unlike a normal model this keeps the
     spread's heavy tails: an occasional block far out widens s past the threshold.
     """
@@ -416,15 +416,16 @@ def resampled(aa: list[dict], sizes: tuple[int, ...] = (5, 6, 7, 8, 10)) -> list
         "(per metric; any) by blocks per side"
     ]
     for n in sizes:
-        tq = sps.t.ppf(0.95, n - 1)
         anyf = np.zeros(100_000, dtype=bool)
         parts = []
         for key in sorted(pool):
             thr, hiw, kind = info[key]
             lim = (math.log1p(thr) if hiw else -math.log1p(-thr)) if kind == "relative" else thr
-            draw = rng.choice(np.asarray(pool[key]), (100_000, n))
             sign = 1.0 if hiw else -1.0
-            bound = sign * draw.mean(1) + tq * draw.std(1, ddof=1) / math.sqrt(n)
+            centre, se, df = trimmed_interval(
+                sign * rng.choice(np.asarray(pool[key]), (100_000, n))
+            )
+            bound = centre + sps.t.ppf(0.95, df) * se
             miss = bound >= lim
             anyf |= miss
             parts.append(f"{key[1]} {100 * miss.mean():.2f}")
@@ -457,12 +458,12 @@ def injected_tail(aa: list[dict], sizes: tuple[int, ...] = (5, 8)) -> list[str]:
     rng = np.random.default_rng(0)
     lines = [f"  tail-only TPOT p95 rise injected into the kept A/A blocks (threshold {thr:.0%}):"]
     for n in sizes:
-        q = sps.t.ppf(1 - 0.05 / m / 2, n - 1)
-        tq = sps.t.ppf(0.95, n - 1)
         parts = []
         for rise in (0.3, 0.4, 0.5, 0.6, 0.8):
-            draw = rng.choice(np.asarray(pool), (100_000, n)) + math.log1p(rise)
-            mean, se = draw.mean(1), draw.std(1, ddof=1) / math.sqrt(n)
+            mean, se, df = trimmed_interval(
+                rng.choice(np.asarray(pool), (100_000, n)) + math.log1p(rise)
+            )
+            q, tq = sps.t.ppf(1 - 0.05 / m / 2, df), sps.t.ppf(0.95, df)
             worse = (mean - q * se > 0) & (np.expm1(mean) >= thr / 2)
             passed = ~worse & (mean + tq * se < math.log1p(thr))
             parts.append(f"+{rise:.0%}: worse {worse.mean():.0%}, pass {passed.mean():.0%}")

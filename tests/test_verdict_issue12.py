@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
+import statistics
 
+import numpy as np
 import orjson
+import pytest
+import scipy.stats as sps
 
 from tests.builders import ClassSpec, write_run
+from workload.analyze.blocks import trimmed_interval
 from workload.analyze.catalogue import (
     VERDICT_INCONCLUSIVE,
     VERDICT_MIXED,
@@ -46,7 +52,7 @@ def test_blocks_gate_tails_on_the_across_block_interval(tmp_path):
     assert "block_changes" in p95.to_dict()
     assert "block_changes" not in _row(cmp, "overall", "ttft_shift").to_dict()
     assert p95.verdict == VERDICT_WORSE and cmp.exit_code == 3
-    assert cmp.blocks == 5 and "t-interval across 5 blocks" in cmp.gating
+    assert cmp.blocks == 5 and "t-interval across 5 blocks per side (trimmed mean" in cmp.gating
     assert _row(cmp, "overall", "output_throughput").method == "blocks"
 
 
@@ -64,6 +70,45 @@ def test_blocks_see_instance_divergence_that_the_bootstrap_does_not(tmp_path):
     # A single one of those blocks, judged by the session bootstrap, looks like a regression.
     one = compare_runs(a / "block-0", b / "block-0", {"ttft_p95": 10})
     assert _row(one, "overall", "ttft_p95").verdict == VERDICT_WORSE
+
+
+def test_trimmed_interval_is_the_plain_t_below_five_blocks():
+    v = [0.1, -0.05, 0.02, 0.2]
+    c, se, df = trimmed_interval(v)
+    assert c == pytest.approx(statistics.mean(v)) and df == 3
+    assert se == pytest.approx(statistics.stdev(v) / 2)
+
+
+def test_trimmed_interval_by_hand_for_eight_blocks():
+    v = [0.03, -0.02, 0.01, 0.9, 0.0, -0.01, 0.02, -0.04]  # one instance's bad block: +0.9
+    c, se, df = trimmed_interval(v)
+    s = sorted(v)
+    assert df == 5  # one block trimmed from each end: h = 6
+    assert c == pytest.approx(statistics.mean(s[1:7]))
+    wins = [s[1]] + s[1:7] + [s[6]]
+    assert se == pytest.approx(math.sqrt(7 * statistics.variance(wins) / (6 * 5)))
+    # the plain mean and SD are pulled by the one block; the trimmed ones are not
+    assert c < 0.01 < statistics.mean(v) and se < statistics.stdev(v) / math.sqrt(8) / 5
+    # batched (the verdict bench resamples many designs at once): the same numbers per row
+    cb, seb, dfb = trimmed_interval(np.asarray([v, v[::-1]]))
+    assert np.allclose(cb, c) and np.allclose(seb, se) and dfb == df
+
+
+def test_one_far_out_block_of_eight_does_not_make_a_a_inconclusive(tmp_path):
+    # Eight blocks of the same server; in one, the second instance ran 3x slower (a slow
+    # regime for a whole block). The plain t-interval across blocks would admit a
+    # threshold-sized regression; the trimmed one does not, and the change is not "worse".
+    a = _blocks(tmp_path / "a", [1.0] * 8, 10)
+    b = _blocks(tmp_path / "b", [1.0] * 3 + [3.0] + [1.0] * 4, 20)
+    p95 = _row(compare_runs(a, b), "overall", "ttft_p95")
+    assert p95.gated and p95.method == "blocks" and p95.blocks == 8 and p95.df == 5
+    assert p95.verdict == VERDICT_SAME and p95.eq_bound < 0.10
+    vals = p95.block_changes
+    plain = statistics.mean(vals) + sps.t.ppf(0.95, 7) * statistics.stdev(vals) / math.sqrt(8)
+    assert plain > math.log1p(0.10)  # what the untrimmed interval would have said
+    # a change in every block still moves the trimmed centre fully
+    c = _blocks(tmp_path / "c", [1.4] * 8, 30)
+    assert _row(compare_runs(a, c), "overall", "ttft_p95").verdict == VERDICT_WORSE
 
 
 def test_single_block_says_tails_are_not_gated(tmp_path):

@@ -110,11 +110,12 @@ class MetricDiff:
     higher_is_worse: bool = True
     same_as: str | None = None  # scope whose gated row is this same test (then not gated)
     note: str | None = None  # why a row with a threshold does not gate
-    # How the interval was built: "bootstrap" (sessions), "blocks" (t-interval across the
-    # per-block changes of repeated blocks: between-instance), "exact" (Fisher / Clopper-Pearson
+    # How the interval was built: "bootstrap" (sessions), "blocks" (trimmed-mean t-interval
+    # across the per-block changes of repeated blocks: between-instance), "exact" (Fisher / Clopper-Pearson
     # on counts), "poisson" (count rates).
     method: str = "bootstrap"
-    blocks: int = 0  # blocks behind a "blocks" interval (its t has blocks - 1 degrees of freedom)
+    blocks: int = 0  # blocks behind a "blocks" interval
+    df: int = 0  # degrees of freedom of a "blocks" interval's t (trimmed: blocks - 2g - 1)
     # "blocks": each block's change on the test scale (log ratio | difference), in block order:
     # which block moved a metric, and the spread the interval came from
     block_changes: list[float] | None = None

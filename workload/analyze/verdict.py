@@ -25,7 +25,8 @@ Method (docs/canary.md, "Verdict method"):
   under speculative decoding a chunk carries several tokens.
 * Between-instance metrics (thresholds.BETWEEN_INSTANCE: percentiles, throughput,
   completed sessions, cached ratio): with paired runs they gate only on a
-  t-interval across >= MIN_BLOCKS interleaved blocks (workload.analyze.blocks),
+  trimmed-mean t-interval across >= MIN_BLOCKS interleaved blocks (Yuen's;
+  workload.analyze.blocks),
   which holds instance divergence; with one block they are shown, not gated,
   unless a flag names them. Unpaired runs gate them as before.
 * Session success, tool-loop failure and error ratios use Fisher's exact test
@@ -84,6 +85,7 @@ from workload.analyze.slices import gates_in_slice, slice_filters, spec_lines, w
 from workload.analyze.table import Pair, Rows
 from workload.analyze.thresholds import (
     BETWEEN_INSTANCE,
+    BLOCK_TRIM,
     MIN_BLOCKS,
     PER_CHUNK,
     explicit_gates,
@@ -159,8 +161,8 @@ class Comparison:
                 "metrics Bonferroni-adjusted over gated metrics; no detectable change only when "
                 "the one-sided (1 - alpha) bound of every gated metric excludes a threshold-sized "
                 "regression, else inconclusive; paired cluster bootstrap over "
-                "sessions, t-interval across blocks for between-instance metrics with "
-                f">= {MIN_BLOCKS} blocks, Fisher exact test for session/error ratios",
+                f"sessions, trimmed-mean (Yuen, {BLOCK_TRIM:.0%} each end) t-interval across "
+                f"blocks for between-instance metrics with >= {MIN_BLOCKS} blocks, Fisher exact test for session/error ratios",
                 "gating": self.gating,
             },
             "thresholds": self.thresholds,
@@ -194,9 +196,9 @@ def _exact_interval(counts: tuple[int, int, int, int], tail: float) -> tuple[flo
 
 
 def _quantile(m: MetricDiff, tail: float) -> float:
-    """The one-sided quantile for `tail`: Student's t with blocks - 1 df for block rows, else normal."""
-    if m.method == "blocks" and m.blocks >= 2:
-        return float(_sps.t.ppf(1 - tail, m.blocks - 1))
+    """The one-sided quantile for `tail`: Student's t with the block interval's df, else normal."""
+    if m.method == "blocks" and m.df >= 1:
+        return float(_sps.t.ppf(1 - tail, m.df))
     return float(_sps.norm.ppf(1 - tail))
 
 
@@ -204,7 +206,7 @@ def _judge(m: MetricDiff, tail: float) -> None:
     """Fill ci and verdict from change/se/threshold (see module docstring).
 
     `tail` is the one-sided error share (alpha / 2, Bonferroni-divided for gated rows).
-    Bootstrap rows use the normal quantile, block rows Student's t with blocks - 1 df,
+    Bootstrap rows use the normal quantile, block rows Student's t with the trimmed df,
     exact rows Fisher's test (significance) and Newcombe/Clopper-Pearson (interval).
     """
     if m.change is None or m.se is None or not math.isfinite(m.se):
@@ -575,6 +577,17 @@ def compare_runs(
     )  # fmt: skip
 
 
+def _trim_words(blocks: int) -> str:
+    """How the block interval treats the extremes, for the gating sentence."""
+    g = math.floor(BLOCK_TRIM * blocks)
+    if g == 0:
+        return "the plain mean: too few blocks to trim"
+    return (
+        f"trimmed mean: the {'most extreme block' if g == 1 else f'{g} most extreme blocks'} "
+        "at each end left out, so one instance's bad block does not decide"
+    )
+
+
 def _gating_sentence(metrics: list[MetricDiff], blocks: int = 0) -> str:
     """One or two sentences for the verdict box: which metrics gate, and why."""
     gated = [m for m in metrics if m.gated]
@@ -601,8 +614,9 @@ def _gating_sentence(metrics: list[MetricDiff], blocks: int = 0) -> str:
         out.append(f"{', '.join(named)} gate because a threshold flag names them")
     if by_blocks:
         out.append(
-            f"{', '.join(by_blocks)} gate on a t-interval across {blocks} blocks per side, "
-            "which holds the divergence between two instances of a server"
+            f"{', '.join(by_blocks)} gate on a t-interval across {blocks} blocks per side "
+            f"({_trim_words(blocks)}), which holds the divergence between two instances of a "
+            "server"
         )
     elif held:
         out.append(
