@@ -249,6 +249,7 @@ class OpenLoop:
 
         rt = self.rt
         try:
+            rt.pacer.wait()  # planning waits for the loop to have read every ready socket
             session = self._new_session(a)
             play(rt, session, arrival=a)
         except Exception as e:  # noqa: BLE001 - one bad session must not end the stream

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from workload.errors import SetupError
+from workload.locust.pacing import Pacer
 from workload.measure import artifacts
 from workload.measure.records import STATUS_CANCELLED, RequestRecord, SessionRecord
 from workload.observe.target import probe_target
@@ -79,6 +80,8 @@ class AgentRuntime:
         self.watcher: Any = None  # master: the lost-worker watch (workload.locust.stopping)
         self.last_line = ""  # the console's last line, once the summary is written
         self.health: Any = None  # workload.locust.health.GeneratorHealth while a test runs
+        # the users' work between requests waits for every ready socket to be read
+        self.pacer = Pacer()
         self.finalized = False
         self.exit_code = 0
 
@@ -290,9 +293,13 @@ class AgentRuntime:
 
         host = self.target.get("url") or self.spec.host or ""
         # how response reads were stamped: "kernel" (when the bytes arrived) or "user"
-        return {**self.health.summary(), "read_stamps": read_stamps(str(host))}
+        out = {**self.health.summary(), "read_stamps": read_stamps(str(host))}
+        if self.role != "master":  # a master plays no users; its workers pace their own
+            out["pacing"] = self.pacer.summary()
+        return out
 
     def close(self) -> None:
+        self.pacer.close()
         self.stop_observers()
         if self.writer is not None:
             self.writer.close()

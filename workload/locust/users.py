@@ -96,6 +96,7 @@ class AgentUser(User):
         if limit and self.session_index >= limit:
             rt.user_done()
             raise StopUser()
+        rt.pacer.wait()  # planning waits for the loop to have read every ready socket
         session = rt.planner.new_session(self.traffic_class, self.user_index, self.session_index)
         self.session_index += 1
         play(rt, session)
@@ -103,6 +104,8 @@ class AgentUser(User):
 
 def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
     """Drive one session to its end; record every attempt and the session.
+
+    The work between requests runs when `rt.pacer` admits it (workload.locust.pacing).
 
     ``arrival`` (open loop: a ``workload.locust.arrivals.Arrival``) adds its scheduled start.
     """
@@ -124,9 +127,14 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
             pause = float(step.think_s or 0.0) + float(step.tool_pause_s or 0.0)
             if pause > 0:
                 gevent.sleep(pause)
+                rt.pacer.wait()
             req = step.request
             req.request_id = request_id_for(rt.seed, session.session_id, step.step, req.attempt)
             rec: RequestRecord = rt.client.exchange(req)
+            if rec.status != STATUS_CANCELLED:
+                # recording this one and planning the next wait until every ready socket was
+                # read: streams that ended together must not delay other streams' first tokens
+                rt.pacer.wait()
             rec.trace_index = getattr(session, "trace_index", None)  # --trace: request k
             rec.body_hash = hashlib.blake2b(req.body, digest_size=8).hexdigest()
             session.observe(rec)

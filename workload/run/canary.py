@@ -79,7 +79,8 @@ MODES = ("simultaneous", "sequential", "interleaved")
 # so 8 minutes side by side, 16 minutes alternating on one GPU). Measured in
 # docs/canary-verdict-quality.md: the per-block spread of two instances of one server is
 # heavy-tailed, and with 5 blocks (t with 4 df) one A/A canary in 20 was inconclusive on some
-# tail or work-done metric; 8 blocks (7 df) make that about one in 400.
+# tail or work-done metric; 8 blocks make that rarer, and leave the trimmed interval
+# (workload.analyze.blocks: the most extreme block at each end left out) 5 df.
 # It is the design the verdict was validated at, so one constant serves both.
 DEFAULT_BLOCKS = VALIDATED_BLOCKS
 SIDES = ("baseline", "candidate")

@@ -1,0 +1,131 @@
+"""The pacer: between-request work waits until every ready socket has been read."""
+
+from __future__ import annotations
+
+import socket
+
+import gevent
+import gevent.socket
+
+from workload.locust.pacing import Pacer
+
+
+def test_a_ready_read_runs_before_queued_between_request_work():
+    # A stream's bytes have arrived; a user that just finished a request queues its
+    # recording/planning. The read goes first: that is the point of the pacer.
+    a, b = gevent.socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    order: list[str] = []
+    pacer = Pacer()
+
+    def reader() -> None:
+        a.recv(16)
+        order.append("read")
+
+    def user() -> None:
+        pacer.wait()
+        order.append("work")
+
+    r = gevent.spawn(reader)
+    gevent.sleep(0.01)  # the reader waits on its socket
+    b.sendall(b"x")
+    u = gevent.spawn(user)
+    gevent.joinall([r, u], timeout=5)
+    assert order == ["read", "work"]
+    pacer.close()
+    a.close()
+    b.close()
+
+
+def test_without_the_pacer_the_work_would_have_gone_first():
+    # The same set-up with a plain yield: the queued work runs before the loop polls.
+    a, b = gevent.socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    order: list[str] = []
+
+    def reader() -> None:
+        a.recv(16)
+        order.append("read")
+
+    def user() -> None:
+        gevent.sleep(0)
+        order.append("work")
+
+    r = gevent.spawn(reader)
+    gevent.sleep(0.01)
+    b.sendall(b"x")
+    u = gevent.spawn(user)
+    gevent.joinall([r, u], timeout=5)
+    assert order == ["work", "read"]
+    a.close()
+    b.close()
+
+
+def test_users_are_admitted_in_order_and_all_of_them():
+    pacer = Pacer()
+    done: list[int] = []
+
+    def user(i: int) -> None:
+        pacer.wait()
+        done.append(i)
+
+    gevent.joinall([gevent.spawn(user, i) for i in range(50)], timeout=5)
+    assert done == list(range(50))
+    assert pacer.admitted == 50 and pacer.max_waited_s >= 0
+    pacer.close()
+
+
+def test_a_loop_that_is_never_idle_still_admits_users():
+    # A saturated generator: something is always pending. The wait is bounded by max_wait_s,
+    # so users still get through while the busy greenlet runs.
+    pacer = Pacer(max_wait_s=0.001)
+    order: list[str] = []
+
+    def busy() -> None:
+        for _ in range(20_000):
+            gevent.sleep(0)  # always a callback pending: the loop is never idle
+        order.append("busy done")
+
+    def user() -> None:
+        pacer.wait()
+        order.append("work")
+
+    g = gevent.spawn(busy)
+    gevent.sleep(0)
+    u = gevent.spawn(user)
+    gevent.joinall([g, u], timeout=30)
+    assert order == ["work", "busy done"]
+    pacer.close()
+
+
+def test_a_user_killed_while_queued_leaves_no_waiter_behind():
+    pacer = Pacer(max_wait_s=1.0)
+    hold = gevent.spawn(lambda: [gevent.sleep(0) for _ in range(200)])  # keeps the loop busy
+    queued = gevent.spawn(pacer.wait)
+    gevent.sleep(0)
+    gevent.sleep(0)
+    queued.kill()
+    assert not pacer._queue
+    later: list[str] = []
+    gevent.spawn(lambda: (pacer.wait(), later.append("ok"))).join(timeout=5)
+    hold.join(timeout=5)
+    assert later == ["ok"]
+    pacer.close()
+
+
+def test_close_lets_queued_users_go():
+    pacer = Pacer(max_wait_s=10.0)
+    spinning = [True]
+
+    def busy() -> None:
+        while spinning[0]:
+            gevent.sleep(0)
+
+    g = gevent.spawn(busy)
+    gevent.sleep(0)
+    users = [gevent.spawn(pacer.wait) for _ in range(3)]
+    gevent.sleep(0)
+    gevent.sleep(0)
+    pacer.close()
+    gevent.joinall(users, timeout=5)
+    spinning[0] = False
+    g.join(timeout=5)
+    assert all(u.successful() for u in users)
