@@ -149,13 +149,36 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
         _fail_setup(environment, str(e))
 
 
+# Allocations between young collections, young collections per middle one, middle ones per
+# full one (CPython's defaults: 700, 10, 10): a full collection about every 50 M allocations
+# instead of every 70 k (see quiet_gc).
+GC_THRESHOLDS = (10_000, 50, 100)
+_saved_gc: list[tuple[int, ...]] = []  # the thresholds quiet_gc replaced, until restore_gc
+
+
 def quiet_gc() -> None:
     """What is loaded by now (profile, planner, tokenizer, Locust, gevent) lives for the whole
     run: move it out of the cyclic collector's reach. Otherwise each full collection walks it
     all while streams wait: 20-50 ms mid-run pauses measured at 200 streams (a burst of late
-    socket reads each time); the young generations still collect as before."""
+    socket reads each time); the young generations still collect as before.
+
+    Then make the full collections rare: what the run creates later (sessions, their
+    histories, records in flight) still made one every 7-8 s at 200 streams, 10-35 ms of CPU
+    each with no socket read (bench/bench_loop_trace.py), long enough that a stream's next
+    chunk arrives before its first one was read. Objects freed by reference counting, which is
+    nearly all of them, are unaffected; only garbage in reference cycles among objects that
+    survived two young collections waits longer to be freed."""
     gc.collect()
     gc.freeze()
+    if not _saved_gc:
+        _saved_gc.append(gc.get_threshold())
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+def restore_gc() -> None:
+    """The process's own GC thresholds back once the test stops (a script or web UI lives on)."""
+    if _saved_gc:
+        gc.set_threshold(*_saved_gc.pop())
 
 
 def _spec_for(environment: Any, role: str, previous: AgentRuntime | None) -> Any:
@@ -227,6 +250,7 @@ def _elapsed(rt: AgentRuntime) -> float:
 
 
 def _on_test_stop(environment: Any, **_kw: Any) -> None:
+    restore_gc()
     rt = environment.agentload
     if rt is None:
         return
