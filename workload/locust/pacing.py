@@ -14,11 +14,12 @@ ever blocking for 8 ms; docs/performance.md).
 `Pacer.wait()` queues the calling user; one gatekeeper greenlet lets the queue through when
 the loop is idle (no watcher pending: every ready socket has been read), one user at a time
 and at most `budget_s` of such work per idle pass, then waits for the next idle pass. A loop
-that is never idle (a saturated generator) still lets one user through every `max_wait_s`.
-The wait is the generator's, not the server's: requests are stamped when their first byte
-is written, so it moves no latency, only when the next request goes out (a few milliseconds
-of think time at most when the generator has CPU to spare). `waited` sums it for the run's
-generator health.
+that is never idle (a saturated generator) still lets users through, `budget_s` of work
+every `max_wait_s`. The wait is the generator's, not the server's: requests are stamped
+when their first byte is written, so it moves no latency, only when the next request goes
+out (a fraction of a millisecond mid-run when the generator has CPU to spare; at start,
+where every user plans its first session at once, the queue spreads that burst over tens
+of milliseconds). `summary()` reports the waits for run.json's generator health.
 """
 
 from __future__ import annotations
