@@ -10,19 +10,18 @@ import gevent.socket
 from workload.locust.pacing import Pacer
 
 
-def test_a_ready_read_runs_before_queued_between_request_work():
-    # A stream's bytes have arrived; a user that just finished a request queues its
-    # recording/planning. The read goes first: that is the point of the pacer.
+def _read_and_work(wait) -> list[str]:
+    """A stream's bytes have arrived while a user, having just finished a request, calls
+    `wait()` before its recording/planning: which ran first, the read or the work?"""
     a, b = gevent.socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     order: list[str] = []
-    pacer = Pacer()
 
     def reader() -> None:
         a.recv(16)
         order.append("read")
 
     def user() -> None:
-        pacer.wait()
+        wait()
         order.append("work")
 
     r = gevent.spawn(reader)
@@ -30,33 +29,21 @@ def test_a_ready_read_runs_before_queued_between_request_work():
     b.sendall(b"x")
     u = gevent.spawn(user)
     gevent.joinall([r, u], timeout=5)
-    assert order == ["read", "work"]
-    pacer.close()
     a.close()
     b.close()
+    return order
+
+
+def test_a_ready_read_runs_before_queued_between_request_work():
+    # The read goes first: that is the point of the pacer.
+    pacer = Pacer()
+    assert _read_and_work(pacer.wait) == ["read", "work"]
+    pacer.close()
 
 
 def test_without_the_pacer_the_work_would_have_gone_first():
     # The same set-up with a plain yield: the queued work runs before the loop polls.
-    a, b = gevent.socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    order: list[str] = []
-
-    def reader() -> None:
-        a.recv(16)
-        order.append("read")
-
-    def user() -> None:
-        gevent.sleep(0)
-        order.append("work")
-
-    r = gevent.spawn(reader)
-    gevent.sleep(0.01)
-    b.sendall(b"x")
-    u = gevent.spawn(user)
-    gevent.joinall([r, u], timeout=5)
-    assert order == ["work", "read"]
-    a.close()
-    b.close()
+    assert _read_and_work(lambda: gevent.sleep(0)) == ["work", "read"]
 
 
 def test_users_are_admitted_in_order_and_all_of_them():

@@ -58,6 +58,11 @@ def block_change(m: MetricDiff) -> float | None:
     return m.b - m.a
 
 
+def trimmed_each_end(n: int, trim: float = BLOCK_TRIM) -> int:
+    """Blocks the across-block interval leaves out at each end, of n (g = floor(trim · n))."""
+    return math.floor(trim * n)
+
+
 def trimmed_interval(
     vals: np.ndarray | list[float], trim: float = BLOCK_TRIM
 ) -> tuple[np.ndarray | float, np.ndarray | float, int]:
@@ -69,7 +74,7 @@ def trimmed_interval(
     """
     x = np.sort(np.asarray(vals, dtype=float), axis=-1)
     n = x.shape[-1]
-    g = math.floor(trim * n)
+    g = trimmed_each_end(n, trim)
     h = n - 2 * g
     if h < 2:
         raise ValueError(f"trimming {g} of {n} values from each end leaves fewer than 2")

@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as _sps
 
-from workload.analyze.blocks import apply_block_intervals, common_blocks
+from workload.analyze.blocks import apply_block_intervals, common_blocks, trimmed_each_end
 from workload.analyze.bootstrap import Scope, weights_ahead
 from workload.analyze.catalogue import (
     METRICS,
@@ -579,7 +579,7 @@ def compare_runs(
 
 def _trim_words(blocks: int) -> str:
     """How the block interval treats the extremes, for the gating sentence."""
-    g = math.floor(BLOCK_TRIM * blocks)
+    g = trimmed_each_end(blocks)
     if g == 0:
         return "the plain mean: too few blocks to trim"
     return (
