@@ -8,6 +8,7 @@ import gevent
 import gevent.socket
 
 from workload.locust.pacing import Pacer
+from workload.measure.records import RequestRecord
 
 
 def _read_and_work(wait) -> list[str]:
@@ -116,3 +117,67 @@ def test_close_lets_queued_users_go():
     spinning[0] = False
     g.join(timeout=5)
     assert all(u.successful() for u in users)
+
+
+class _Step:
+    def __init__(self, n: int) -> None:
+        self.step, self.think_s, self.tool_pause_s = n, 0.0, 0.0
+        self.request = type("Req", (), {"body": b"{}", "attempt": 0, "request_id": ""})()
+
+
+class _Session:
+    session_id, class_name, steps_planned = "s1", "chat", 2
+    outcome = reason = None
+
+    def __init__(self) -> None:
+        self._steps = [_Step(1), _Step(2)]
+
+    def next_step(self):
+        return self._steps.pop(0) if self._steps else None
+
+    def observe(self, rec) -> None:
+        pass
+
+
+class _Runtime:
+    """Just what `play` touches: a client whose answer is done, a pacer that never admits."""
+
+    run_id, worker_name, seed = "r", "0", 1
+
+    def __init__(self) -> None:
+        self.pacer = Pacer(max_wait_s=60.0)
+        self.requests: list = []
+        self.sessions: list = []
+        self.client = type("Client", (), {"exchange": lambda _, req: RequestRecord(step=1)})()
+
+    def record_request(self, rec) -> None:
+        self.requests.append(rec)
+
+    def record_session(self, srec) -> None:
+        self.sessions.append(srec)
+
+
+def test_a_user_stopped_while_queued_after_an_answer_still_records_it():
+    # The run stops while a user waits to record a finished request: the server served it,
+    # so requests.jsonl must have it (found by a full-suite run: a served request was missing).
+    from workload.locust.users import play
+
+    rt = _Runtime()
+    spinning = [True]
+
+    def busy() -> None:  # the loop is never idle, so the pacer holds the user
+        while spinning[0]:
+            gevent.sleep(0)
+
+    g = gevent.spawn(busy)
+    u = gevent.spawn(play, rt, _Session())
+    for _ in range(5):
+        gevent.sleep(0)
+    assert rt.pacer._queue and not rt.requests  # queued with its answer in hand
+    u.kill()
+    spinning[0] = False
+    g.join(timeout=5)
+    assert [r.step for r in rt.requests] == [1] and rt.requests[0].status == "ok"
+    assert [s.outcome for s in rt.sessions] == ["cancelled"]
+    assert rt.sessions[0].requests == 1
+    rt.pacer.close()

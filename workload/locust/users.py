@@ -131,10 +131,14 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
             req = step.request
             req.request_id = request_id_for(rt.seed, session.session_id, step.step, req.attempt)
             rec: RequestRecord = rt.client.exchange(req)
+            stopped = False
             if rec.status != STATUS_CANCELLED:
                 # recording this one and planning the next wait until every ready socket was
                 # read: streams that ended together must not delay other streams' first tokens
-                rt.pacer.wait()
+                try:
+                    rt.pacer.wait()
+                except GreenletExit:
+                    stopped = True  # the run stopped while queued: the answer is still recorded
             rec.trace_index = getattr(session, "trace_index", None)  # --trace: request k
             rec.body_hash = hashlib.blake2b(req.body, digest_size=8).hexdigest()
             session.observe(rec)
@@ -142,7 +146,7 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
                 rec.tool_loop_failure = session.reason or "tool loop failed"
             rt.record_request(rec)
             _account(srec, rec)
-            if rec.status == STATUS_CANCELLED:
+            if stopped or rec.status == STATUS_CANCELLED:
                 raise GreenletExit()
         srec.outcome = session.outcome or "completed"
         srec.reason = session.reason
