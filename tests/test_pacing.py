@@ -160,6 +160,21 @@ class _Runtime:
 def test_a_user_stopped_while_queued_after_an_answer_still_records_it():
     # The run stops while a user waits to record a finished request: the server served it,
     # so requests.jsonl must have it (found by a full-suite run: a served request was missing).
+    # `play` lives beside Locust's users, and `import locust` monkey-patches this interpreter
+    # (the in-process simulator of later tests breaks): the check runs in its own process.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    check = "import tests.test_pacing as t; t.stopped_while_queued_check()"
+    p = subprocess.run(
+        [sys.executable, "-c", check], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+def stopped_while_queued_check() -> None:
     from workload.locust.users import play
 
     rt = _Runtime()
