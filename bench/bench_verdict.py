@@ -99,8 +99,9 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
     if args.duration:
         run_args += ["--duration", args.duration]
     plan = traffic_plan(run_args)
-    # --independent-seeds: every simulator samples its own responses (like a server at
-    # temperature > 0), so the sides' sessions diverge after the first reply.
+    # --independent-seeds: every simulator draws its own answers (the simulator's --seed is in
+    # every answer's draw, greedy ones too), so under `history: actual` the sides' sessions
+    # part ways after the first reply, as with servers that answer differently.
     sd = (1000 + i, 2000 + i, 3000 + i) if args.independent_seeds else (1000 + i,) * 3
     sims = {
         "baseline": SimProcess(preset=args.preset, seed=sd[0]),

@@ -204,6 +204,39 @@ def test_malformed_tool_arguments_rate():
             json.loads(call["function"]["arguments"])
 
 
+def _answer(url: str, body: dict) -> tuple:
+    _, _, raw = request(url, "POST", "/v1/chat/completions", body)
+    reply = json.loads(raw)
+    msg = reply["choices"][0]["message"]
+    return msg.get("content"), json.dumps(msg.get("tool_calls")), reply["usage"]["completion_tokens"]
+
+
+def test_greedy_or_seeded_requests_get_the_same_answer_on_any_instance():
+    # vLLM at temperature 0 (agentload's default) or with a request seed answers the same
+    # conversation the same way on every instance, whatever arrived before it; so under
+    # `history: actual` both sides of a canary follow the same session path.
+    probe = chat_body(tools=TOOLS, max_tokens=64, temperature=0)
+    seeded = chat_body(tools=TOOLS, max_tokens=64, temperature=1.0, seed=7)
+    warm = chat_body(messages=[{"role": "user", "content": "Something else first."}])
+    with SimThread("fast", seed=1) as a, SimThread("fast", seed=1) as b:
+        for _ in range(3):
+            _answer(b.url, warm)  # b has served other requests first
+        assert _answer(a.url, probe) == _answer(b.url, probe) == _answer(b.url, probe)
+        assert _answer(a.url, seeded) == _answer(b.url, seeded)
+        other = chat_body(messages=[{"role": "user", "content": "Summarise the tests."}])
+        answers = {_answer(a.url, {**other, "temperature": 0, "max_tokens": 64})}
+        answers |= {_answer(a.url, {**probe, "max_tokens": 63})}
+        assert _answer(a.url, probe) not in answers  # the answer follows the request
+
+
+def test_sampled_requests_draw_in_arrival_order():
+    # At a temperature without a seed the same request gets a fresh draw each time.
+    body = chat_body(max_tokens=200, temperature=0.8)
+    with SimThread("fast", seed=1) as s:
+        answers = {_answer(s.url, body) for _ in range(4)}
+    assert len(answers) > 1
+
+
 # -- errors ----------------------------------------------------------------------------------------
 def assert_error(status: int, raw: bytes, want: int, err_type: str) -> dict:
     assert status == want

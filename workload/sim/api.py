@@ -5,8 +5,10 @@ stream or collect what the engine emits.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
+from array import array
 from typing import Protocol
 
 import orjson
@@ -18,6 +20,7 @@ from workload.sim.http11 import Exchange
 from workload.sim.response import Plan, Response
 from workload.sim.validate import (
     BadRequest,
+    Generation,
     check_model,
     parse_generation,
     parse_json_body,
@@ -196,7 +199,7 @@ class SimApp:
         max_tokens, stream, include_usage = g.max_tokens, g.stream, g.include_usage
 
         self._count += 1
-        req_seed = (self.seed * 1_000_003 + self._count) & 0xFFFFFFFFFFFF
+        req_seed = self._answer_seed(g)
         rid_hdr = ex.request.headers.get("x-request-id")
         rid_core = rid_hdr or f"{req_seed:012x}{self._count:08x}"
         rid = ("chatcmpl-" if chat else "cmpl-") + rid_core
@@ -252,6 +255,26 @@ class SimApp:
             return
         ex.on_close = sink.client_gone
         sink.begin()
+
+    def _answer_seed(self, g: Generation) -> int:
+        """The seed of this request's answer (its length, tool call, text, draft acceptance).
+
+        vLLM answers the same request the same way when it samples greedily (temperature 0,
+        agentload's default) or with the request's own `seed`, on any instance: two instances
+        that are sent the same conversation give the same reply, so a `history: actual`
+        session follows the same path on both sides of a canary. Other requests draw in
+        arrival order from --seed, as sampling at a temperature does.
+        """
+        if g.seed is None and g.temperature > 0:
+            return (self.seed * 1_000_003 + self._count) & 0xFFFFFFFFFFFF
+        why = ("seed", g.seed) if g.seed is not None else ("greedy", self.seed)
+        key = repr((why, g.max_tokens, g.min_tokens, g.ignore_eos, g.tool_choice))
+        h = hashlib.blake2b(key.encode(), digest_size=6)
+        try:
+            h.update(array("q", g.prompt).tobytes())
+        except OverflowError:  # a token id past 64 bits (vLLM would refuse it)
+            h.update(repr(g.prompt).encode())
+        return int.from_bytes(h.digest(), "big")
 
     def _plan(
         self, rng, rep, tools, tool_choice, named, max_tokens, min_tokens, ignore_eos

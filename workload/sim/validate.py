@@ -115,6 +115,8 @@ class Generation:
     cache_salt: str | None
     ignore_eos: bool
     include_usage: bool
+    temperature: float  # vLLM's default without a generation config: 1.0
+    seed: int | None  # the request's sampling seed
 
 
 def parse_generation(body: dict, chat: bool, cfg: SimConfig, content: ContentModel) -> Generation:
@@ -151,6 +153,9 @@ def parse_generation(body: dict, chat: bool, cfg: SimConfig, content: ContentMod
     if n != 1:
         raise BadRequest(400, "n > 1 is not supported by agentload-sim.", "n")
     _num(body, "temperature", 0.0, 2.0)
+    temperature = body.get("temperature")
+    temperature = 1.0 if temperature is None else float(temperature)
+    seed = _int(body, "seed", None)
     _num(body, "top_p", 1e-9, 1.0)
     max_tokens = _int(body, "max_completion_tokens", None, 1)
     if max_tokens is None:
@@ -209,4 +214,6 @@ def parse_generation(body: dict, chat: bool, cfg: SimConfig, content: ContentMod
         salt,
         ignore_eos,
         include_usage,
+        temperature,
+        seed,
     )
