@@ -208,7 +208,11 @@ def _answer(url: str, body: dict) -> tuple:
     _, _, raw = request(url, "POST", "/v1/chat/completions", body)
     reply = json.loads(raw)
     msg = reply["choices"][0]["message"]
-    return msg.get("content"), json.dumps(msg.get("tool_calls")), reply["usage"]["completion_tokens"]
+    return (
+        msg.get("content"),
+        json.dumps(msg.get("tool_calls")),
+        reply["usage"]["completion_tokens"],
+    )
 
 
 def test_greedy_or_seeded_requests_get_the_same_answer_on_any_instance():
