@@ -125,6 +125,12 @@ def test_the_proven_pool_is_cached_for_tiktoken_only(tmp_path, monkeypatch, tok)
         assert loaded.text(key, n) == built.text(key, n) and tok.count(loaded.text(key, n)) == n
     files[0].write_bytes(files[0].read_bytes()[:-5])  # cut short: ignored and rebuilt
     assert PromptSynth(tok, pool_pieces=4096).pool == built.pool
+    # A file an earlier version left under the same name goes when a new one is written.
+    stale = files[0].with_name(files[0].name.rsplit("-", 1)[0] + "-0123456789abcdef")
+    stale.write_bytes(b"from an earlier version")
+    files[0].unlink()
+    PromptSynth(tok, pool_pieces=4096)
+    assert [f.name for f in files[0].parent.iterdir()] == [files[0].name]
 
     class Server:  # same encoding, but a server's name: proven afresh, never stored
         name = "server:some-model"

