@@ -303,3 +303,14 @@ def test_unknown_compare_field_in_a_recorded_profile_is_ignored(tmp_path):
         p.write_text(json.dumps(run))
     cmp = compare_runs(a, b)
     assert "future_metric" not in cmp.thresholds and cmp.thresholds["ttft_p95"] == 10
+
+
+def test_the_divergence_sentence_says_whether_the_traffic_parted_ways():
+    from workload.analyze.traffic import divergence_line
+
+    side = {"steps_per_session": 5.0, "prompt_tokens_per_step": 2000.0, "tool_calls_per_step": 0.8}
+    same = divergence_line({"a": dict(side), "b": dict(side)})
+    assert "here it did not" in same and "steps/session A 5 B 5 (+0 %)" in same
+    apart = divergence_line({"a": dict(side), "b": {**side, "steps_per_session": 4.0}})
+    assert "diverges by design" in apart and "steps/session A 5 B 4 (-20 %)" in apart
+    assert "no rows" in divergence_line({"a": {}, "b": {}})

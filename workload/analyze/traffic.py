@@ -89,6 +89,7 @@ def history_divergence(pair: Pair) -> dict[str, dict[str, float | None]]:
 def divergence_line(div: dict[str, dict[str, float | None]]) -> str:
     """One sentence: how far the two sides' traffic diverged."""
     parts = []
+    same = True
     for k, label in (
         ("steps_per_session", "steps/session"),
         ("prompt_tokens_per_step", "prompt tokens/step"),
@@ -97,11 +98,23 @@ def divergence_line(div: dict[str, dict[str, float | None]]) -> str:
         va, vb = div["a"].get(k), div["b"].get(k)
         if va is None or vb is None:
             continue
+        same = same and va == vb
         rel = f" ({100 * (vb / va - 1):+.0f} %)" if va else ""
         parts.append(f"{label} A {va:.3g} B {vb:.3g}{rel}")
+    if not parts:
+        return (
+            "history: actual (replies go into the history): no rows to measure how far the "
+            "sides' traffic diverged"
+        )
+    if same:
+        # e.g. two servers that answer greedy requests the same way: the sessions never parted
+        return (
+            "history: actual, so the sides' traffic may diverge (replies go into the history); "
+            "here it did not: " + "; ".join(parts)
+        )
     return (
         "history: actual, so the sides' traffic diverges by design (replies go into the "
-        "history): " + ("; ".join(parts) if parts else "no rows to measure it")
+        "history): " + "; ".join(parts)
     )
 
 
