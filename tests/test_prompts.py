@@ -138,3 +138,21 @@ def test_the_proven_pool_is_cached_for_tiktoken_only(tmp_path, monkeypatch, tok)
 
     PromptSynth(Server(), pool_pieces=4096)
     assert len(list((tmp_path / "agentload" / "prompt-pool").iterdir())) == 1
+
+
+def test_no_cache_directory_means_no_cache_not_an_error(monkeypatch, tok):
+    # A container under an arbitrary user id: no $XDG_CACHE_HOME and no home directory.
+    from pathlib import Path
+
+    from workload.plan import tokens
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    text = "Summarise the repo."
+    assert tokens._tiktoken_encoding.__wrapped__("cl100k_base").encode(text) == tok._enc.encode(
+        text
+    )
+    assert tok.count(PromptSynth(tok, pool_pieces=4096).text(3, 500)) == 500

@@ -33,15 +33,22 @@ def versions(*dists: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def path_for(kind: str, name: str, key: object) -> Path:
-    """The cache file for `name` of `kind`, given everything that produced it (`key`)."""
+def path_for(kind: str, name: str, key: object) -> Path | None:
+    """The cache file for `name` of `kind`, given everything that produced it (`key`);
+    None where there is no cache directory (no $XDG_CACHE_HOME and no home directory, as
+    in a container running under an arbitrary user id)."""
     digest = hashlib.blake2b(repr((key, sys.version)).encode(), digest_size=8).hexdigest()
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    try:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    except (RuntimeError, KeyError, OSError):
+        return None
     return root / "agentload" / kind / f"{name}-{digest}"
 
 
-def read(path: Path) -> bytes | None:
+def read(path: Path | None) -> bytes | None:
     """The file's content if it is there and checks out; else None."""
+    if path is None:
+        return None
     try:
         blob = path.read_bytes()
     except OSError:
@@ -52,8 +59,10 @@ def read(path: Path) -> bytes | None:
     return body
 
 
-def write(path: Path, body: bytes) -> None:
+def write(path: Path | None, body: bytes) -> None:
     """Store `body` at `path` atomically; a cache that cannot be written is no cache."""
+    if path is None:
+        return
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -99,8 +99,7 @@ class PromptSynth:
 
         from workload.plan import diskcache
 
-        path = self._cache_path(pool_pieces)
-        body = diskcache.read(path) if path is not None else None
+        body = diskcache.read(self._cache_path(pool_pieces))
         if body is None:
             return False
         try:
@@ -117,7 +116,7 @@ class PromptSynth:
         from workload.plan import diskcache
 
         path = self._cache_path(pool_pieces)
-        if path is not None:
+        if path is not None:  # a server's tokenizer, or no cache directory
             diskcache.write(path, marshal.dumps((self.words, self.pool, self.offsets.tobytes())))
 
     def _make_pool(self, n: int, punct: list[str]) -> list[str]:
