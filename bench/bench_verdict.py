@@ -373,7 +373,7 @@ def resolvable(aa: list[dict], q: float = 0.95) -> list[str]:
         arr = sorted(v)
         k = min(len(arr) - 1, math.ceil(q * len(arr)) - 1)
         rel = metric.endswith(
-            ("_p50", "_p95", "_p99", "_shift", "_throughput", "_sessions", "_length")
+            ("_p50", "_p90", "_p95", "_p99", "_shift", "_throughput", "_sessions", "_length")
         )
         unit = "%" if rel else "pp"
         lines.append(
@@ -436,39 +436,76 @@ def resampled(aa: list[dict], sizes: tuple[int, ...] = (5, 6, 7, 8, 10)) -> list
     return lines
 
 
-def injected_tail(aa: list[dict], sizes: tuple[int, ...] = (5, 8)) -> list[str]:
-    """How often a tail-only regression of TPOT p95 would be caught, from the A/A blocks kept.
+def _tail_blocks(aa: list[dict]) -> tuple[np.ndarray, dict[str, float]]:
+    """Per A/A block: the overall TPOT p95 change and the TPOT p90 change of the same block
+    (NaN where p90 was not gated then), and each metric's threshold."""
+    rows, thr = [], {}
+    for r in aa:
+        g = {
+            x["metric"]: x
+            for x in r.get("gated_rows") or []
+            if x["scope"] == "overall" and x.get("block_changes")
+        }
+        if "tpot_p95" not in g:
+            continue
+        p95 = g["tpot_p95"]["block_changes"]
+        p90 = g["tpot_p90"]["block_changes"] if "tpot_p90" in g else [math.nan] * len(p95)
+        if len(p90) != len(p95):
+            continue
+        rows += list(zip(p95, p90, strict=True))
+        thr.update({m: g[m]["threshold"] for m in ("tpot_p95", "tpot_p90") if m in g})
+    return np.asarray(rows, dtype=float).reshape(-1, 2), thr
+
+
+def injected_tail(aa: list[dict], sizes: tuple[int, ...] = (5, 8, 10)) -> list[str]:
+    """How often a tail-only TPOT regression would be caught, from the A/A blocks kept.
 
     The simulator has no tail trade-off to run (docs/canary-verdict-quality.md), so this
-    injects one into real between-instance noise: n pooled A/A per-block changes of the
-    overall TPOT p95 plus log(1 + r), judged as the verdict judges a block row: worse when the
-    Bonferroni-adjusted two-sided interval (alpha / the trials' median gated count) excludes
-    0 and the change reaches half the threshold, inconclusive when the one-sided bound still
-    reaches the threshold, else a pass.
+    injects one into real between-instance noise: n pooled A/A blocks (each block's overall
+    TPOT p95 and p90 changes together, as they co-vary) plus log(1 + r), judged as the
+    verdict judges a block row: worse when the Bonferroni-adjusted two-sided interval
+    (alpha / the trials' median gated count) excludes 0 and the change reaches half the
+    threshold, inconclusive when the one-sided bound still reaches the threshold, else a
+    pass. The canary is flagged when either gated percentile is worse. Two shapes: *broad*,
+    the slowest quarter of streams r slower (p90 and p95 both rise by r), and *top 5 %*,
+    only the slowest twentieth slower (p95 rises by r, p90 stays).
     """
-    pool, thr = [], None
-    for r in aa:
-        for g in r.get("gated_rows") or []:
-            if (g["scope"], g["metric"]) == ("overall", "tpot_p95") and g.get("block_changes"):
-                pool.extend(g["block_changes"])
-                thr = g["threshold"]
+    pool, thr = _tail_blocks(aa)
     gated = [r["gated"] for r in aa if r.get("gated")]
-    if not pool or not thr or not gated:
+    if not len(pool) or "tpot_p95" not in thr or not gated:
         return []
     m = statistics.median(gated)
+    has90 = "tpot_p90" in thr and not np.isnan(pool[:, 1]).any()
     rng = np.random.default_rng(0)
-    lines = [f"  tail-only TPOT p95 rise injected into the kept A/A blocks (threshold {thr:.0%}):"]
+    head = f"TPOT p95 at {thr['tpot_p95']:.0%}" + (
+        f", TPOT p90 at {thr['tpot_p90']:.0%}" if has90 else ", TPOT p90 not gated"
+    )
+    lines = [f"  tail-only TPOT rise injected into the kept A/A blocks ({head}):"]
+
+    def judge_rows(x: np.ndarray, t: float, df_n: int) -> tuple[np.ndarray, np.ndarray]:
+        mean, se, df = trimmed_interval(x)
+        q, tq = sps.t.ppf(1 - 0.05 / m / 2, df), sps.t.ppf(0.95, df)
+        worse = (mean - q * se > 0) & (np.expm1(mean) >= t / 2)
+        settled = mean + tq * se < math.log1p(t)
+        return worse, settled
+
     for n in sizes:
-        parts = []
-        for rise in (0.3, 0.4, 0.5, 0.6, 0.8):
-            mean, se, df = trimmed_interval(
-                rng.choice(np.asarray(pool), (100_000, n)) + math.log1p(rise)
-            )
-            q, tq = sps.t.ppf(1 - 0.05 / m / 2, df), sps.t.ppf(0.95, df)
-            worse = (mean - q * se > 0) & (np.expm1(mean) >= thr / 2)
-            passed = ~worse & (mean + tq * se < math.log1p(thr))
-            parts.append(f"+{rise:.0%}: worse {worse.mean():.0%}, pass {passed.mean():.0%}")
-        lines.append(f"    {n} blocks: " + "; ".join(parts))
+        idx = rng.integers(0, len(pool), (100_000, n))
+        draws = pool[idx]  # (draws, n, 2)
+        for shape in ("broad", "top 5 %") if has90 else ("top 5 %",):
+            parts = []
+            for rise in (0.0, 0.3, 0.4, 0.5, 0.6, 0.8):
+                up = math.log1p(rise)
+                w95, s95 = judge_rows(draws[:, :, 0] + up, thr["tpot_p95"], n)
+                worse, settled = w95, s95
+                if has90:
+                    w90, s90 = judge_rows(
+                        draws[:, :, 1] + (up if shape == "broad" else 0.0), thr["tpot_p90"], n
+                    )
+                    worse, settled = w95 | w90, s95 & s90
+                passed = ~worse & settled
+                parts.append(f"+{rise:.0%}: worse {worse.mean():.0%}, pass {passed.mean():.0%}")
+            lines.append(f"    {n:2d} blocks, {shape}: " + "; ".join(parts))
     return lines
 
 
@@ -771,6 +808,8 @@ def main(argv: list[str] | None = None) -> int:
                     results.append({"kind": "regression", "i": int(i), "scenario": name, **reg})
                 else:
                     results.append({"kind": kind.rstrip("-"), "i": int(i), **judge(t)})
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "reanalysis.json").write_text(json.dumps(results, indent=1))
     else:
         for i in range(args.trials):
             if args.design == "triple":

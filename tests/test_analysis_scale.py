@@ -8,7 +8,8 @@
   the equivalence rule ("inconclusive") and the class rule for between-instance metrics
   (class rows shown, the overall row gates) landed, only what follows from gating was
   rewritten (verdict, gated, note, and the intervals through the Bonferroni divisor):
-  every value, standard error and count is still the row-dict implementation's.
+  every value, standard error and count is still the row-dict implementation's. TPOT
+  p90 rows, added later, are checked to lie between the file's p50 and p95.
 """
 
 from __future__ import annotations
@@ -193,7 +194,23 @@ def test_comparison_matches_the_golden_file(tmp_path, blocks):
         a, b = a.with_name("a1"), b.with_name("b1")
     got = _digest(compare_runs(a, b, n_boot=200))
     want = json.loads(GOLDEN.read_text())["blocks" if blocks else "one"]
+    # TPOT p90 came after the golden file: its rows are checked against p50 / p95 of the
+    # same scope, every other row against the file.
+    p90 = [m for m in got["metrics"] if m["metric"] == "tpot_p90"]
+    got["metrics"] = [m for m in got["metrics"] if m["metric"] != "tpot_p90"]
     assert got == want
+    by = {(m["scope"], m["metric"]): m for m in want["metrics"]}
+    assert {m["scope"] for m in p90} == {  # overall and classes, not steps or slices
+        m["scope"]
+        for m in want["metrics"]
+        if m["metric"] == "tpot_p95" and m["scope"].split(":")[0] in ("overall", "class")
+    }
+    for m in p90:
+        lo, hi = by[(m["scope"], "tpot_p50")], by[(m["scope"], "tpot_p95")]
+        for side in ("a", "b"):
+            if m[side] is not None:
+                assert lo[side] <= m[side] <= hi[side]
+        assert not m["gated"]  # shown unless a profile or flag sets its threshold
 
 
 def test_side_tables_summed_while_reading_match_the_rows(tmp_path):

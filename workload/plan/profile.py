@@ -302,6 +302,12 @@ class CompareThresholds(_M):
     tpot_p95_pct: float | None = Field(
         10.0, ge=0, description="Allowed TPOT (per output token) p95 increase (%)."
     )
+    tpot_p90_pct: float | None = Field(
+        None,
+        ge=0,
+        description="Allowed TPOT p90 increase (%); null (the default): shown, not gated. "
+        "Catches a broad tail rise with fewer blocks than p95 needs.",
+    )
     spec_acceptance_length_pct: float | None = Field(
         10.0, ge=0, description="Allowed spec-decode mean acceptance length drop (%)."
     )
