@@ -198,10 +198,35 @@ def test_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
     assert proc.returncode == 130
     assert took < 10
     assert "Traceback" not in stderr
+    # Requests were recorded: however far the summary got, the last line must not say
+    # that nothing was measured.
+    assert "nothing was measured" not in stderr, stderr[-2000:]
     # Whatever was written is whole: JSON files parse, no temp files left behind.
     for name in ("run.json", "stats.json"):
         if (out / name).exists():
             json.loads((out / name).read_text())
+    assert not _left_running(out)
+
+
+def test_a_stop_signal_to_both_processes_at_once(tmp_path: Path) -> None:
+    # `pkill -INT -f PATTERN` matches the Locust child too (its command line holds the run's
+    # arguments): it gets its own signal and the forwarded one together. That is one stop,
+    # not "stop at once": the run ends with its summary, as after one Ctrl-C.
+    out = tmp_path / "run"
+    proc = _start(out)
+    try:
+        _wait_for_traffic(out, proc)
+        kids = psutil.Process(proc.pid).children()
+        for p in [psutil.Process(proc.pid), *kids]:
+            p.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=40)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "again: stopped at once" not in stderr, stderr[-2000:]
+    run = _check_complete(out, stdout, stderr, 130)
+    assert run["stopped_by"] == "SIGINT"
     assert not _left_running(out)
 
 

@@ -29,6 +29,9 @@ from workload.measure import artifacts
 log = logging.getLogger("agentload")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Stop signals this close together are one stop (as in workload.run.stop): `pkill -INT -f`
+# reaches this process directly and through `agentload run`, microseconds apart.
+SAME_STOP_S = 0.25
 
 
 @dataclass
@@ -36,6 +39,7 @@ class StopState:
     """How this Locust process is being stopped (one per Environment)."""
 
     signum: int | None = None  # the first stop signal received
+    at: float = 0.0  # when (time.monotonic())
     lost_workers: list[dict[str, Any]] = field(default_factory=list)
     finishing: bool = False  # the summary is being written
 
@@ -80,8 +84,10 @@ def install_signal_handlers(environment: Any, role: str) -> None:
 def _on_signal(environment: Any, signum: int) -> None:
     st = state_of(environment)
     name = signal_name(signum)
+    if st.signum is not None and time.monotonic() - st.at < SAME_STOP_S:
+        return  # the same stop twice at once, not a second press
     if st.signum is None:
-        st.signum = signum
+        st.signum, st.at = signum, time.monotonic()
         print(
             f"agentload: {name}: stopping; in-flight requests are recorded as cancelled "
             "and the summary is written (send it again to stop at once)",

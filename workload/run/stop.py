@@ -67,9 +67,12 @@ def run_child(cmd: list[str], out: str | Path) -> int:
             signal.signal(sig, signal.SIG_IGN if received else handler)
         _kill_group(proc.pid)  # forked workers that outlived their master, if any
         os.close(ready_r)
-    if received and (early.killed or not (Path(out) / "run.json").exists()):
+    no_run = not (Path(out) / "run.json").exists() and not _measured(out)
+    if received and (early.killed or no_run):
         # Stopped while Locust was still starting (killed here, or workload.locust.launch
-        # exited quietly): there is no run, so the run's own last line never came.
+        # exited quietly): there is no run, so the run's own last line never came. (A run
+        # that recorded requests and then stopped at once, say with the signal sent to both
+        # processes, wrote no run.json but said its own last line: not "nothing measured".)
         print(stopped_before_run_line(received[0]), file=sys.stderr, flush=True)
         return exit_code_for_signal(received[0])
     if code >= 0:
@@ -135,6 +138,18 @@ def _wait(proc: subprocess.Popen, received: list[int]) -> int:
             deadline = time.monotonic() + HARD_STOP_AFTER_S
         if deadline is not None and time.monotonic() > deadline:
             _kill_group(proc.pid)
+
+
+def _measured(out: str | Path) -> bool:
+    """Whether the run recorded a request or a session (its JSONL files, workers' included)."""
+    d = Path(out)
+    with contextlib.suppress(OSError):
+        return any(
+            f.stat().st_size > 0
+            for pat in ("requests*.jsonl", "sessions*.jsonl")
+            for f in d.glob(pat)
+        )
+    return False
 
 
 def _kill_group(pgid: int) -> None:
