@@ -29,7 +29,8 @@ def locust_values(opts: Any, host: str, workers: int) -> dict[str, Any]:
     """Raw run values from Locust's parsed options: ours, plus the ones Locust owns."""
     values = raw_values(opts)
     values.pop("spec", None)
-    run_time = getattr(opts, "run_time", None)
+    # agentload_run_time: Locust's --run-time, taken over (workload.locust.stopping)
+    run_time = getattr(opts, "agentload_run_time", None) or getattr(opts, "run_time", None)
     users = getattr(opts, "num_users", None)
     spawn = getattr(opts, "spawn_rate", None)
     values.update(

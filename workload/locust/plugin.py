@@ -74,6 +74,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         from workload.locust.shapes import install_shape
 
         install_shape(environment)
+        stopping.take_over_run_time(environment)
     health.register(environment)
 
 
@@ -145,6 +146,8 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
                 webui.start_history(environment, rt)
         rt.open_loop = arrivals.start_open_loop(rt)
         quiet_gc()
+        if role != "worker":
+            stopping.start_run_clock(environment)  # the run's length counts from here
     except AgentloadError as e:
         _fail_setup(environment, str(e))
 

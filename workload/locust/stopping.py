@@ -133,6 +133,49 @@ def _kill_workers(environment: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# the run's length
+
+
+def take_over_run_time(environment: Any) -> None:
+    """A headless run's `--run-time` counts from when its users start, not from Locust's start.
+
+    Locust arms its run-time timer when it spawns the runner, against the event loop's clock
+    as last read (before the locustfile loaded), and the run's set-up (tokenizer, prompt
+    pool, target probe: about half a second) then runs inside that time: `--duration 60s`
+    gave 59.4 s of load and `--duration 1s` none at all. Here Locust is given no run time;
+    `start_run_clock` arms it once the set-up is done. With a load shape Locust never armed
+    it before the shape ended, and the shape sets the length: left alone then.
+    """
+    opts = environment.parsed_options
+    if (
+        opts is None
+        or not getattr(opts, "headless", False)
+        or getattr(opts, "worker", False)
+        or environment.shape_class is not None
+        or not getattr(opts, "run_time", None)
+    ):
+        return
+    opts.agentload_run_time, opts.run_time = opts.run_time, None
+
+
+def start_run_clock(environment: Any) -> Any:
+    """Arm the run-time stop taken over by `take_over_run_time`, from now (None: not taken)."""
+    opts = environment.parsed_options
+    run_time = getattr(opts, "agentload_run_time", None) if opts is not None else None
+    if not run_time or getattr(environment, "agentload_clock", None) is not None:
+        return None
+    gevent.get_hub().loop.update_now()  # the loop's clock, as of now rather than last read
+
+    def time_up() -> None:
+        log.info("agentload: run time of %ss reached, stopping", run_time)
+        if environment.runner is not None:
+            environment.runner.quit()
+
+    environment.agentload_clock = gevent.spawn_later(run_time, time_up)
+    return environment.agentload_clock
+
+
+# ---------------------------------------------------------------------------------------------
 # lost workers
 
 

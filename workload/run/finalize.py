@@ -84,6 +84,15 @@ def finalize_run(spec: Any, m: Measured) -> int:
     else:
         code = exit_code_for(slo.error_ratio(summary), spec.max_error_ratio, slo_results)
         why = outcome_reason(code, slo.error_ratio(summary), spec.max_error_ratio, slo_results)
+    ov = summary["overall"]
+    if code in (EXIT_OK, EXIT_SLO) and not (ov.get("ok") or ov.get("errors")):
+        # Nothing finished: a gate that passes here would pass a server that never answered.
+        code = EXIT_ERRORS
+        why = (
+            f"no request finished ({ov.get('cancelled') or 0} cancelled in flight), so nothing "
+            "was measured: give the run a --duration longer than the first answers take, and "
+            "check that users started"
+        )
     partial_reason = _partial_reason(m.lost_workers)
     if partial_reason and code in (EXIT_OK, EXIT_SLO):
         code, why = EXIT_PARTIAL, f"partial run: {partial_reason}"
