@@ -314,3 +314,49 @@ def test_the_divergence_sentence_says_whether_the_traffic_parted_ways():
     apart = divergence_line({"a": dict(side), "b": {**side, "steps_per_session": 4.0}})
     assert "diverges by design" in apart and "steps/session A 5 B 4 (-20 %)" in apart
     assert "no rows" in divergence_line({"a": {}, "b": {}})
+
+
+def _set_compare(side, **fields):
+    for blk in sorted(side.glob("block-*")):
+        p = blk / "run.json"
+        run = json.loads(p.read_text())
+        run["profile"]["compare"] = {**(run["profile"].get("compare") or {}), **fields}
+        p.write_text(json.dumps(run))
+
+
+def test_tpot_p90_is_shown_and_gates_across_blocks_when_a_profile_sets_it(tmp_path):
+    a = _blocks(tmp_path / "a", [1.0] * 5, 10)
+    b = _blocks(tmp_path / "b", [1.0] * 5, 20, itl_scale=1.6)
+    cmp = compare_runs(a, b)
+    p90 = _row(cmp, "overall", "tpot_p90")
+    # between the p50 and p95 of the same requests, and not gated by default
+    for side in ("a", "b"):
+        lo, hi = (
+            getattr(_row(cmp, "overall", "tpot_p50"), side),
+            getattr(_row(cmp, "overall", "tpot_p95"), side),
+        )
+        assert lo < getattr(p90, side) < hi
+    assert not p90.gated and p90.threshold is None
+    # A profile's `tpot_p90_pct` (mixed sets 35) makes it gate, across blocks like p95.
+    for side in (a, b):
+        _set_compare(side, tpot_p90_pct=35)
+    cmp = compare_runs(a, b)
+    p90 = _row(cmp, "overall", "tpot_p90")
+    assert p90.gated and p90.method == "blocks" and p90.blocks == 5
+    assert p90.threshold == pytest.approx(0.35)
+    assert p90.verdict == VERDICT_WORSE and 0.4 < p90.change < 0.8
+    # ... and the flag does, or turns it off
+    assert _row(compare_runs(a, b, {"tpot_p90": None}), "overall", "tpot_p90").gated is False
+
+
+def test_the_mixed_profile_gates_tpot_p90_beside_p95():
+    from workload.analyze.thresholds import BETWEEN_INSTANCE, resolve_thresholds
+    from workload.plan.loading import load_profile
+
+    prof = {"profile": {"name": "mixed", "compare": load_profile("mixed").compare.model_dump()}}
+    thr = resolve_thresholds(prof, prof, None)
+    assert thr["tpot_p90"] == 35 and thr["tpot_p95"] == 50
+    assert "tpot_p90" in BETWEEN_INSTANCE  # only an across-block interval gates it when paired
+    # a profile that does not set it leaves it shown only
+    plain = {"profile": {"name": "chat", "compare": load_profile("chat").compare.model_dump()}}
+    assert "tpot_p90" not in resolve_thresholds(plain, plain, None)
