@@ -16,7 +16,11 @@ and a gated TTFT metric worse: ttft_shift when the runs pair), each with a
 Wilson 95 % interval; per-metric flag counts; the
 observed spread of the TTFT-p95 change (its standard error), and the run
 length that spread predicts is needed for 90 % detection of a true 10 %
-(SE shrinks like 1/sqrt(run length)). Figures go to docs/canary-verdict-quality.md.
+(SE shrinks like 1/sqrt(run length)); for block designs, each gated block metric's A/A
+resolution, the A/A miss rate resampled by block count, and how often a tail-only TPOT rise
+injected into the A/A blocks (TPOT p90 and p95 of each block together) would be caught.
+`--reanalyze` also writes what it judged to OUT/reanalysis.json. Figures go to
+docs/canary-verdict-quality.md.
 """
 
 from __future__ import annotations
