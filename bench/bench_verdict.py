@@ -486,7 +486,7 @@ def injected_tail(aa: list[dict], sizes: tuple[int, ...] = (5, 8, 10)) -> list[s
     )
     lines = [f"  tail-only TPOT rise injected into the kept A/A blocks ({head}):"]
 
-    def judge_rows(x: np.ndarray, t: float, df_n: int) -> tuple[np.ndarray, np.ndarray]:
+    def judge_rows(x: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
         mean, se, df = trimmed_interval(x)
         q, tq = sps.t.ppf(1 - 0.05 / m / 2, df), sps.t.ppf(0.95, df)
         worse = (mean - q * se > 0) & (np.expm1(mean) >= t / 2)
@@ -500,11 +500,11 @@ def injected_tail(aa: list[dict], sizes: tuple[int, ...] = (5, 8, 10)) -> list[s
             parts = []
             for rise in (0.0, 0.3, 0.4, 0.5, 0.6, 0.8):
                 up = math.log1p(rise)
-                w95, s95 = judge_rows(draws[:, :, 0] + up, thr["tpot_p95"], n)
+                w95, s95 = judge_rows(draws[:, :, 0] + up, thr["tpot_p95"])
                 worse, settled = w95, s95
                 if has90:
                     w90, s90 = judge_rows(
-                        draws[:, :, 1] + (up if shape == "broad" else 0.0), thr["tpot_p90"], n
+                        draws[:, :, 1] + (up if shape == "broad" else 0.0), thr["tpot_p90"]
                     )
                     worse, settled = w95 | w90, s95 & s90
                 passed = ~worse & settled

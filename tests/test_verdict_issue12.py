@@ -316,14 +316,6 @@ def test_the_divergence_sentence_says_whether_the_traffic_parted_ways():
     assert "no rows" in divergence_line({"a": {}, "b": {}})
 
 
-def _set_compare(side, **fields):
-    for blk in sorted(side.glob("block-*")):
-        p = blk / "run.json"
-        run = json.loads(p.read_text())
-        run["profile"]["compare"] = {**(run["profile"].get("compare") or {}), **fields}
-        p.write_text(json.dumps(run))
-
-
 def test_tpot_p90_is_shown_and_gates_across_blocks_when_a_profile_sets_it(tmp_path):
     a = _blocks(tmp_path / "a", [1.0] * 5, 10)
     b = _blocks(tmp_path / "b", [1.0] * 5, 20, itl_scale=1.6)
@@ -338,8 +330,9 @@ def test_tpot_p90_is_shown_and_gates_across_blocks_when_a_profile_sets_it(tmp_pa
         assert lo < getattr(p90, side) < hi
     assert not p90.gated and p90.threshold is None
     # A profile's `tpot_p90_pct` (mixed sets 35) makes it gate, across blocks like p95.
-    for side in (a, b):
-        _set_compare(side, tpot_p90_pct=35)
+    sets = {"tpot_p90_pct": 35}
+    a = _blocks(tmp_path / "a35", [1.0] * 5, 10, compare=sets)
+    b = _blocks(tmp_path / "b35", [1.0] * 5, 20, itl_scale=1.6, compare=sets)
     cmp = compare_runs(a, b)
     p90 = _row(cmp, "overall", "tpot_p90")
     assert p90.gated and p90.method == "blocks" and p90.blocks == 5

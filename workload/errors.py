@@ -24,6 +24,9 @@ EXIT_SIGTERM = 143  # 128 + SIGTERM: a script or CI cancelled the run
 # imports only this module before gevent patches): the env var naming the fd on which the child
 # writes one byte once its Python runs; until then a stop signal kills it instead.
 READY_FD_ENV = "AGENTLOAD_READY_FD"
+# Stop signals this close together are one stop, on both sides: a terminal's Ctrl-C to the
+# group plus a supervisor passing it on, or `pkill -INT -f` reaching parent and child at once.
+SAME_STOP_S = 0.25
 
 
 def exit_code_for_signal(signum: int) -> int:

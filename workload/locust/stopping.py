@@ -23,15 +23,12 @@ from typing import Any
 
 import gevent
 
-from workload.errors import exit_code_for_signal
+from workload.errors import SAME_STOP_S, exit_code_for_signal
 from workload.measure import artifacts
 
 log = logging.getLogger("agentload")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# Stop signals this close together are one stop (as in workload.run.stop): `pkill -INT -f`
-# reaches this process directly and through `agentload run`, microseconds apart.
-SAME_STOP_S = 0.25
 
 
 @dataclass

@@ -28,13 +28,14 @@ from pathlib import Path
 from workload.errors import (
     EXIT_ERRORS,
     READY_FD_ENV,
+    SAME_STOP_S,
     exit_code_for_signal,
     stopped_before_run_line,
 )
+from workload.measure import artifacts
 from workload.procs import die_with_parent
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-SAME_STOP_S = 0.25  # signals this close together are one stop
 HARD_STOP_AFTER_S = 60.0  # after a stop signal, the child gets this long to write its summary
 
 
@@ -142,13 +143,8 @@ def _wait(proc: subprocess.Popen, received: list[int]) -> int:
 
 def _measured(out: str | Path) -> bool:
     """Whether the run recorded a request or a session (its JSONL files, workers' included)."""
-    d = Path(out)
     with contextlib.suppress(OSError):
-        return any(
-            f.stat().st_size > 0
-            for pat in ("requests*.jsonl", "sessions*.jsonl")
-            for f in d.glob(pat)
-        )
+        return any(artifacts.count_lines(Path(out), kind) for kind in ("requests", "sessions"))
     return False
 
 
