@@ -41,6 +41,7 @@ from scipy import stats as sps  # noqa: E402
 
 from workload.analyze.blocks import trimmed_interval  # noqa: E402
 from workload.analyze.catalogue import VERDICT_MIXED, VERDICT_SAME, VERDICT_WORSE  # noqa: E402
+from workload.analyze.thresholds import HEADLINE_TAIL_SHARE  # noqa: E402
 
 FAILS = (VERDICT_WORSE, VERDICT_MIXED)  # verdicts that exit 3
 from workload.analyze.verdict import compare_runs  # noqa: E402
@@ -344,13 +345,16 @@ def resolvable(aa: list[dict], q: float = 0.95) -> list[str]:
     settled ("no detectable change") in about q of A/A trials. The design's resolution.
     """
     per: dict[tuple[str, str], list[float]] = {}
-    thr: dict[tuple[str, str], float] = {}
+    thr: dict[tuple[str, str], set[float]] = {}
+    settled: dict[tuple[str, str], list[bool]] = {}
     for r in aa:
         for g in r.get("gated_rows") or []:
             if g.get("eq_worse") is not None and not g.get("underpowered"):
                 key = (g["scope"], g["metric"])
                 per.setdefault(key, []).append(g["eq_worse"])
-                thr[key] = g["threshold"]
+                # each trial against its own threshold (compare.history_actual moves some)
+                settled.setdefault(key, []).append(g["eq_worse"] < g["threshold"])
+                thr.setdefault(key, set()).add(g["threshold"])
     # Block-interval metrics: the per-block spread sigma pooled over trials (from each trial's
     # block changes), and the threshold an A/A trial's bound stays under with 99 % probability,
     # by Monte Carlo of the verdict's own bound (trimmed centre + t(df, 0.95) * se) over n
@@ -382,8 +386,9 @@ def resolvable(aa: list[dict], q: float = 0.95) -> list[str]:
         unit = "%" if rel else "pp"
         lines.append(
             f"  {scope:22s} {metric:26s} A/A bound median {100 * statistics.median(arr):+6.1f} "
-            f"q{int(q * 100)} {100 * arr[k]:+6.1f} {unit} (threshold {100 * thr[(scope, metric)]:g}; "
-            f"{sum(x < thr[(scope, metric)] for x in arr)}/{len(arr)} settled)"
+            f"q{int(q * 100)} {100 * arr[k]:+6.1f} {unit} (threshold "
+            f"{' / '.join(f'{100 * t:g}' for t in sorted(thr[(scope, metric)]))}; "
+            f"{sum(settled[(scope, metric)])}/{len(arr)} settled)"
             + (
                 f"; per-block sd {100 * math.sqrt(statistics.mean(sig[(scope, metric)])):.1f} %, "
                 f"99 % A/A resolution {100 * math.expm1(t99[(scope, metric)]):.0f} {unit}"
@@ -468,7 +473,7 @@ def injected_tail(aa: list[dict], sizes: tuple[int, ...] = (5, 8, 10)) -> list[s
     injects one into real between-instance noise: n pooled A/A blocks (each block's overall
     TPOT p95 and p90 changes together, as they co-vary) plus log(1 + r), judged as the
     verdict judges a block row: worse when the Bonferroni-adjusted two-sided interval
-    (alpha / the trials' median gated count) excludes 0 and the change reaches half the
+    (the two TPOT tail rows' share of alpha, verdict.gate_tails) excludes 0 and the change reaches half the
     threshold, inconclusive when the one-sided bound still reaches the threshold, else a
     pass. The canary is flagged when either gated percentile is worse. Two shapes: *broad*,
     the slowest quarter of streams r slower (p90 and p95 both rise by r), and *top 5 %*,
@@ -480,6 +485,10 @@ def injected_tail(aa: list[dict], sizes: tuple[int, ...] = (5, 8, 10)) -> list[s
         return []
     m = statistics.median(gated)
     has90 = "tpot_p90" in thr and not np.isnan(pool[:, 1]).any()
+    # The verdict's weighted Bonferroni (verdict.gate_tails): the gated TPOT tail rows share
+    # HEADLINE_TAIL_SHARE of alpha; with an equal share (before) each had alpha / m.
+    heads = 2 if has90 else 1
+    tail = 0.05 / 2 * HEADLINE_TAIL_SHARE / heads if m > heads else 0.05 / 2 / m
     rng = np.random.default_rng(0)
     head = f"TPOT p95 at {thr['tpot_p95']:.0%}" + (
         f", TPOT p90 at {thr['tpot_p90']:.0%}" if has90 else ", TPOT p90 not gated"
@@ -488,7 +497,7 @@ def injected_tail(aa: list[dict], sizes: tuple[int, ...] = (5, 8, 10)) -> list[s
 
     def judge_rows(x: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
         mean, se, df = trimmed_interval(x)
-        q, tq = sps.t.ppf(1 - 0.05 / m / 2, df), sps.t.ppf(0.95, df)
+        q, tq = sps.t.ppf(1 - tail, df), sps.t.ppf(0.95, df)
         worse = (mean - q * se > 0) & (np.expm1(mean) >= t / 2)
         settled = mean + tq * se < math.log1p(t)
         return worse, settled

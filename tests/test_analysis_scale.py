@@ -8,8 +8,10 @@
   the equivalence rule ("inconclusive") and the class rule for between-instance metrics
   (class rows shown, the overall row gates) landed, only what follows from gating was
   rewritten (verdict, gated, note, and the intervals through the Bonferroni divisor):
-  every value, standard error and count is still the row-dict implementation's. TPOT
-  p90 rows, added later, are checked to lie between the file's p50 and p95.
+  every value, standard error and count is still the row-dict implementation's. So too
+  when the Bonferroni split was weighted (the TPOT tail rows across blocks share half of
+  alpha): only the intervals and verdicts of the block pair moved. TPOT p90 rows, added
+  later, are checked to lie between the file's p50 and p95.
 """
 
 from __future__ import annotations

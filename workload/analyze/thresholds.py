@@ -79,6 +79,13 @@ MIN_BLOCKS = 4
 # instance fell into a slow regime widened the plain t-interval past the threshold. 20 % is
 # the customary trim (Wilcox), fixed before the held-out campaigns that measure it.
 BLOCK_TRIM = 0.2
+# The headline tail: when these gate across blocks (overall row), they share
+# HEADLINE_TAIL_SHARE of the family's alpha between them and every other gated row the rest
+# (verdict.gate_tails, a weighted Bonferroni fixed before the campaigns that measure it). A
+# tail trade-off (the slowest streams slower, the typical request not) shows only here, and
+# a block row's t with ~5 df pays far more for a small share of alpha than a normal row does.
+HEADLINE_TAIL = frozenset({"tpot_p90", "tpot_p95"})
+HEADLINE_TAIL_SHARE = 0.5
 # Per-chunk ITL is a shown detail, gated only when named: under speculative decoding one chunk
 # carries several tokens, so halved draft acceptance makes chunks smaller and their gaps
 # shorter ("better" per-chunk ITL) while every token takes longer (TPOT +25 % on the
@@ -117,12 +124,29 @@ def profile_compare(run: dict) -> dict[str, Any]:
     return sec if isinstance(sec, dict) else {}
 
 
+def replays_answers(run: dict) -> bool:
+    """Whether the run's profile ran with `history: actual` (sessions replay the server's answers)."""
+    prof = run.get("profile")
+    return isinstance(prof, dict) and prof.get("history") == "actual"
+
+
+def history_actual_overrides(run: dict) -> dict[str, Any]:
+    """The profile's `compare.history_actual` thresholds (empty when absent)."""
+    sec = profile_compare(run).get("history_actual")
+    return sec if isinstance(sec, dict) else {}
+
+
 def resolve_thresholds(run_a: dict, run_b: dict, flags: dict | None) -> dict[str, float]:
-    """Defaults, then the profile's `compare` section (A's, then B's on top), then flags."""
+    """Defaults, then the profile's `compare` section (A's, then B's on top), then flags.
+
+    When either run replays its server's answers (`history: actual`), the section's
+    `history_actual` thresholds replace those metrics' (A's, then B's) before the flags:
+    each key only its own metric.
+    """
     out = dict(DEFAULT_THRESHOLDS)
     for run in (run_a, run_b):
         for k, v in profile_compare(run).items():
-            if k == "alpha":
+            if k in ("alpha", "history_actual"):
                 continue
             if v is None:  # the profile turned this gate off
                 out.pop(_metric_name(str(k)), None)
@@ -140,6 +164,19 @@ def resolve_thresholds(run_a: dict, run_b: dict, flags: dict | None) -> dict[str
                 _metric_name(str(x)) == f"{scope}{dot}{shift}" for x in profile_compare(run)
             ):
                 out[f"{scope}{dot}{shift}"] = val
+    if replays_answers(run_a) or replays_answers(run_b):
+        for run in (run_a, run_b):
+            for k, v in history_actual_overrides(run).items():
+                name = _metric_name(str(k))
+                if name.split(".")[-1] not in METRICS:
+                    continue  # a newer agentload's field
+                if v is None:
+                    out.pop(name, None)
+                    continue
+                try:
+                    out[name] = _pct(v)
+                except (TypeError, ValueError):
+                    continue
     for k, v in (flags or {}).items():
         name = _metric_name(k)
         if v is None:

@@ -42,7 +42,8 @@ Method (docs/canary.md, "Verdict method"):
   metrics that can vary (Tarone: a metric with zero spread in both runs cannot
   be flagged and does not count; neither does a metric with too little data,
   nor a class row identical to the overall row), so the whole family keeps
-  `confidence`.
+  `confidence`. The split is weighted (gate_tails): the overall TPOT p90/p95
+  rows judged across blocks share half of alpha, the other rows the rest.
   The T/2 floor keeps tiny systematic differences (two servers are never
   bit-identical) from being called regressions on long runs; with a run long
   enough that the standard error of the change is ≤ T/4.3, a true change of T
@@ -86,11 +87,15 @@ from workload.analyze.table import Pair, Rows
 from workload.analyze.thresholds import (
     BETWEEN_INSTANCE,
     BLOCK_TRIM,
+    HEADLINE_TAIL,
+    HEADLINE_TAIL_SHARE,
     MIN_BLOCKS,
     PER_CHUNK,
     explicit_gates,
+    history_actual_overrides,
     is_explicit,
     profile_compare,
+    replays_answers,
     resolve_thresholds,
     threshold_for,
 )
@@ -131,6 +136,7 @@ class Comparison:
     divergence: dict[str, Any] | None = None  # history: actual, how far the traffic diverged
     # inconclusive: what is unsettled and how much more traffic would settle it
     settle: dict[str, Any] | None = None
+    tails: GateTails | None = None  # how alpha was split over the gated rows
 
     @property
     def exit_code(self) -> int:
@@ -158,12 +164,14 @@ class Comparison:
                 "n_boot": self.n_boot,
                 "gated_metrics": self.gated_count,
                 "rule": "worse: interval above 0 and change >= threshold/2; intervals of gated "
-                "metrics Bonferroni-adjusted over gated metrics; no detectable change only when "
+                "metrics Bonferroni-adjusted over gated metrics (weighted: the overall TPOT p90/p95 "
+                f"rows across blocks share {HEADLINE_TAIL_SHARE:.0%} of alpha); no detectable change only when "
                 "the one-sided (1 - alpha) bound of every gated metric excludes a threshold-sized "
                 "regression, else inconclusive; paired cluster bootstrap over "
                 f"sessions, trimmed-mean (Yuen, {BLOCK_TRIM:.0%} each end) t-interval across "
                 f"blocks for between-instance metrics with >= {MIN_BLOCKS} blocks, Fisher exact test for session/error ratios",
                 "gating": self.gating,
+                "alpha_split": self.tails.to_dict() if self.tails else None,
             },
             "thresholds": self.thresholds,
             "warnings": self.warnings,
@@ -193,6 +201,59 @@ def _exact_interval(counts: tuple[int, int, int, int], tail: float) -> tuple[flo
     pa, pb = xa / na, xb / nb
     d = pb - pa
     return d - math.hypot(pb - lb, ua - pa), d + math.hypot(ub - pb, pa - la)
+
+
+@dataclass
+class GateTails:
+    """The one-sided error share of each gated row: Bonferroni, weighted (see gate_tails)."""
+
+    k: int  # gated rows that can vary: the Bonferroni divisor
+    headline: float
+    other: float
+    headline_rows: frozenset[tuple[str, str]] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "headline_rows": sorted(f"{s} {m}" for s, m in self.headline_rows),
+            "headline_tail": self.headline,
+            "other_tail": self.other,
+        }
+
+    def of(self, m: MetricDiff) -> float:
+        return self.headline if (m.scope, m.metric) in self.headline_rows else self.other
+
+
+def _can_vary(m: MetricDiff) -> bool:
+    return m.se is not None and math.isfinite(m.se) and m.se > 0
+
+
+def gate_tails(metrics: list[MetricDiff], alpha: float) -> GateTails:
+    """Split the family's alpha over the gated rows (a weighted Bonferroni, fixed in advance).
+
+    Only gated rows that can vary count (Tarone). The overall TPOT tail rows judged across
+    blocks (thresholds.HEADLINE_TAIL) share HEADLINE_TAIL_SHARE of alpha between them, the
+    other k rows the rest; the tails still sum to alpha / 2, so the family keeps its level.
+    Why: a block row's t has about 5 degrees of freedom, and at an equal share of ~19 rows
+    (one-sided 0.13 %) its quantile is 5.5, against 3.0 for the normal rows: the tail rows
+    paid most for the family and a broad +40 % tail rise was called worse in ~60 % of 8-block
+    canaries. At half of alpha their quantile is 3.8, the others' 3.2
+    (docs/canary-verdict-quality.md, Tail trade-off).
+    """
+    rows = [m for m in metrics if m.gated and _can_vary(m)]
+    head = frozenset(
+        (m.scope, m.metric)
+        for m in rows
+        if m.scope == "overall" and m.metric in HEADLINE_TAIL and m.method == "blocks"
+    )
+    k = max(1, len(rows))
+    if not head or len(head) == k:
+        return GateTails(k, alpha / (2 * k), alpha / (2 * k))
+    return GateTails(
+        k,
+        alpha / 2 * HEADLINE_TAIL_SHARE / len(head),
+        alpha / 2 * (1 - HEADLINE_TAIL_SHARE) / (k - len(head)),
+        head,
+    )
 
 
 def _quantile(m: MetricDiff, tail: float) -> float:
@@ -504,13 +565,12 @@ def compare_runs(
             m.gated, m.note = False, "class row shown; the overall row gates (name it to gate)"
     _drop_duplicate_gates(metrics)
     alpha = 1.0 - confidence
-    # Tarone: only gated metrics that can vary count towards the Bonferroni divisor.
-    k = sum(1 for m in metrics if m.gated and m.se is not None and math.isfinite(m.se) and m.se > 0)
-    k = max(1, k)
+    tails = gate_tails(metrics, alpha)
+    k = tails.k
     for m in metrics:
-        _judge(m, alpha / (2 * k) if m.gated or m.same_as or m.note else alpha / 2)
+        _judge(m, tails.of(m) if m.gated or m.same_as or m.note else alpha / 2)
         if m.gated:
-            _equivalence(m, alpha, alpha / (2 * k))
+            _equivalence(m, alpha, tails.of(m))
         if m.gated and m.scope == "overall" and m.verdict == VERDICT_NODATA and max(m.n_a, m.n_b):
             # Measured, but too few to judge (a short canary's latency shift): it could not
             # have seen a regression. A metric with no samples on either side does not apply.
@@ -547,15 +607,17 @@ def compare_runs(
     if nodata:
         warnings.append("not enough data to judge: " + ", ".join(nodata))
     divergence = None
-    hist = {
-        (r.run.get("profile") or {}).get("history")
-        if isinstance(r.run.get("profile"), dict)
-        else None
-        for r in (a, b)
-    }
-    if "actual" in hist:
+    if replays_answers(a.run) or replays_answers(b.run):
         divergence = history_divergence(pair)
         warnings.append(divergence_line(divergence))
+        over = history_actual_overrides(a.run) | history_actual_overrides(b.run)
+        if over:
+            warnings.append(
+                "history: actual, so the profile's compare.history_actual thresholds apply ("
+                + ", ".join(f"{k}: {'off' if v is None else v}" for k, v in sorted(over.items()))
+                + "): the sessions follow the server's answers, and their tails move more "
+                "between two instances"
+            )
     where = where_lines(metrics) + spec_lines(metrics)
     loops = {"a": tool_loop_examples(a.req_cols.loop_rows()), "b": tool_loop_examples(b.req_cols.loop_rows())}  # fmt: skip
 
@@ -572,8 +634,8 @@ def compare_runs(
     }
     return Comparison(
         a, b, metrics, fingerprint_diff(a.run, b.run), ek, server, spec, warnings,
-        confidence, n_boot, th, k, verdict, _gating_sentence(metrics, n_blocks),
-        n_blocks, where, loops, divergence, _settle(metrics, a, n_blocks),
+        confidence, n_boot, th, k, verdict, _gating_sentence(metrics, n_blocks, tails),
+        n_blocks, where, loops, divergence, _settle(metrics, a, n_blocks), tails,
     )  # fmt: skip
 
 
@@ -588,7 +650,9 @@ def _trim_words(blocks: int) -> str:
     )
 
 
-def _gating_sentence(metrics: list[MetricDiff], blocks: int = 0) -> str:
+def _gating_sentence(
+    metrics: list[MetricDiff], blocks: int = 0, tails: GateTails | None = None
+) -> str:
     """One or two sentences for the verdict box: which metrics gate, and why."""
     gated = [m for m in metrics if m.gated]
     shifts = sorted({m.metric for m in gated if METRICS[m.metric].kind == "shift"})
@@ -617,6 +681,13 @@ def _gating_sentence(metrics: list[MetricDiff], blocks: int = 0) -> str:
             f"{', '.join(by_blocks)} gate on a t-interval across {blocks} blocks per side "
             f"({_trim_words(blocks)}), which holds the divergence between two instances of a "
             "server"
+            + (
+                f"; {' and '.join(sorted(m for _, m in tails.headline_rows))}, the headline tail, "
+                f"share {HEADLINE_TAIL_SHARE:.0%} of the family's error budget and the other "
+                "gated rows the rest"
+                if tails and tails.headline_rows
+                else ""
+            )
         )
     elif held:
         out.append(

@@ -334,6 +334,24 @@ class CompareThresholds(_M):
         5.0, ge=0, description="Allowed cached-token ratio drop (points)."
     )
     alpha: float = Field(0.05, gt=0, lt=1, description="Significance level for the A/B tests.")
+    history_actual: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="Thresholds that replace the ones above when either run replays its own "
+        "server's answers (`history: actual`), e.g. `{e2e_p95_pct: 50}`: then the answers' "
+        "lengths and the sessions' paths are the server's, and tails that follow them move "
+        "more between two instances. Keys are the fields above; null turns a gate off.",
+    )
+
+    @field_validator("history_actual")
+    @classmethod
+    def _known_thresholds(cls, v: dict[str, float | None]) -> dict[str, float | None]:
+        known = [f for f in cls.model_fields if f not in ("alpha", "history_actual")]
+        for key, val in v.items():
+            if key not in known:
+                raise ValueError(f"unknown threshold {key!r} (allowed: {', '.join(known)})")
+            if val is not None and val < 0:
+                raise ValueError(f"{key}: must be >= 0 (or null to turn the gate off)")
+        return v
 
 
 class RunDefaults(_M):
