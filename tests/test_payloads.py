@@ -11,6 +11,8 @@ from workload.plan.payloads import (
     BodyOptions,
     build_body,
     chat_body,
+    completions_body,
+    content_hash,
     render_prompt,
 )
 
@@ -104,3 +106,19 @@ def test_chat_path_and_bad_endpoint():
     assert build_body("chat", MSGS, None, BodyOptions(model="m", max_tokens=1))[0] == CHAT_PATH
     with pytest.raises(ValueError):
         build_body("embeddings", MSGS, None, BodyOptions(model="m", max_tokens=1))
+
+
+def test_content_hash_is_the_body_without_its_model_name():
+    """Two sides of a canary serving differently named models sent the same content."""
+    tricky = [*MSGS, {"role": "user", "content": 'say "model":"x" and {"model": "y"}'}]
+    a = chat_body(tricky, TOOLS, BodyOptions(model="org/llama-3-8b", max_tokens=64))
+    b = chat_body(tricky, TOOLS, BodyOptions(model="llama-3-8b-fp8", max_tokens=64))
+    assert a != b and content_hash(a) == content_hash(b)
+    # anything else that differs shows
+    c = chat_body(tricky, TOOLS, BodyOptions(model="org/llama-3-8b", max_tokens=65))
+    assert content_hash(c) != content_hash(a)
+    d = chat_body(MSGS, TOOLS, BodyOptions(model="org/llama-3-8b", max_tokens=64))
+    assert content_hash(d) != content_hash(a)
+    p, q = (completions_body("Hi", BodyOptions(model=m, max_tokens=8)) for m in ("m1", "m22"))
+    assert content_hash(p) == content_hash(q) and len(content_hash(p)) == 16
+    assert content_hash(b'{"prompt":"no model"}') != content_hash(b'{"prompt":"no model!"}')

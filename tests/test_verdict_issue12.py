@@ -353,3 +353,128 @@ def test_the_mixed_profile_gates_tpot_p90_beside_p95():
     # a profile that does not set it leaves it shown only
     plain = {"profile": {"name": "chat", "compare": load_profile("chat").compare.model_dump()}}
     assert "tpot_p90" not in resolve_thresholds(plain, plain, None)
+
+
+def test_the_tpot_tail_rows_share_half_of_alpha_and_the_family_keeps_its_level(tmp_path):
+    from workload.analyze.thresholds import HEADLINE_TAIL_SHARE
+    from workload.analyze.verdict import gate_tails
+
+    sets = {"tpot_p90_pct": 35, "tpot_p95_pct": 50}
+    a = _blocks(tmp_path / "a", [1.0] * 5, 10, compare=sets)
+    b = _blocks(tmp_path / "b", [1.0] * 5, 20, itl_scale=1.3, compare=sets)
+    cmp = compare_runs(a, b)
+    alpha = 1 - cmp.confidence
+    tails = cmp.tails
+    assert tails.headline_rows == {("overall", "tpot_p90"), ("overall", "tpot_p95")}
+    assert tails.headline == pytest.approx(alpha / 2 * HEADLINE_TAIL_SHARE / 2)
+    # every gated row that can vary gets its share, and the shares add up to alpha / 2
+    k = cmp.gated_count
+    assert 2 * tails.headline + (k - 2) * tails.other == pytest.approx(alpha / 2)
+    # the row's interval is the one its share gives (t with the trimmed df)
+    p95 = _row(cmp, "overall", "tpot_p95")
+    half = sps.t.ppf(1 - tails.headline, p95.df) * p95.se
+    assert p95.ci[0] == pytest.approx(math.expm1(math.log1p(p95.change) - half))
+    shift = _row(cmp, "overall", "tpot_shift")
+    half = sps.norm.ppf(1 - tails.other) * shift.se
+    assert shift.ci[1] - shift.ci[0] == pytest.approx(
+        math.expm1(math.log1p(shift.change) + half) - math.expm1(math.log1p(shift.change) - half)
+    )
+    assert "share 50% of the family's error budget" in cmp.gating
+    assert cmp.to_dict()["method"]["alpha_split"]["headline_rows"] == [
+        "overall tpot_p90",
+        "overall tpot_p95",
+    ]
+    # Without blocks (one run per side) nothing is weighted: the plain Bonferroni split.
+    one = compare_runs(a / "block-0", b / "block-0")
+    assert not one.tails.headline_rows and one.tails.headline == one.tails.other
+    assert gate_tails([], 0.05).other == pytest.approx(0.025)
+
+
+def _actual(run_dir):
+    _patch_profile(run_dir, history="actual")
+    return run_dir
+
+
+def test_history_actual_thresholds_replace_the_profile_ones_only_under_that_mode(tmp_path):
+    sets = {"e2e_p95_pct": 25, "history_actual": {"e2e_p95_pct": 50, "tpot_p95_pct": None}}
+    a = _blocks(tmp_path / "a", [1.0] * 5, 10, compare=sets)
+    b = _blocks(tmp_path / "b", [1.0] * 5, 20, compare=sets)
+    cmp = compare_runs(a, b)
+    assert cmp.thresholds["e2e_p95"] == 25 and cmp.thresholds["tpot_p95"] == 10
+    assert not any("history_actual" in w for w in cmp.warnings)
+    for side in (a, b):
+        for blk in side.glob("block-*"):
+            _actual(blk)
+    cmp = compare_runs(a, b)
+    assert cmp.thresholds["e2e_p95"] == 50 and "tpot_p95" not in cmp.thresholds
+    assert _row(cmp, "overall", "e2e_p95").threshold == pytest.approx(0.5)
+    assert not _row(cmp, "overall", "tpot_p95").gated
+    assert any(
+        "compare.history_actual thresholds apply (e2e_p95_pct: 50, tpot_p95_pct: off)" in w
+        for w in cmp.warnings
+    )
+    # a flag still wins
+    assert compare_runs(a, b, {"e2e_p95": 30}).thresholds["e2e_p95"] == 30
+
+
+def test_a_typo_in_history_actual_is_a_profile_error(tmp_path):
+    from workload.plan.profile import CompareThresholds
+
+    with pytest.raises(ValueError, match="unknown threshold 'e2e_p95'.*allowed: ttft_shift_pct"):
+        CompareThresholds(history_actual={"e2e_p95": 50})
+    with pytest.raises(ValueError, match="must be >= 0"):
+        CompareThresholds(history_actual={"e2e_p95_pct": -1})
+
+
+def test_the_mixed_profile_loosens_e2e_p95_under_history_actual():
+    from workload.analyze.thresholds import resolve_thresholds
+    from workload.plan.loading import load_profile
+
+    sec = load_profile("mixed").compare.model_dump()
+    scripted = {"profile": {"name": "mixed", "history": "scripted", "compare": sec}}
+    actual = {"profile": {"name": "mixed", "history": "actual", "compare": sec}}
+    assert resolve_thresholds(scripted, scripted, None)["e2e_p95"] == 25
+    assert resolve_thresholds(actual, actual, None)["e2e_p95"] == 50
+    assert resolve_thresholds(actual, actual, None)["tpot_p95"] == 50
+
+
+def _hash_content(run_dir, diverge_from: int | None = None, slow: float = 1.0):
+    """Give each request a content hash of its (session, step); from step `diverge_from` on
+    the content is another (the session parted ways) and its latencies `slow` times longer."""
+    p = run_dir / "requests.jsonl"
+    rows = [orjson.loads(x) for x in p.read_bytes().splitlines() if x.strip()]
+    for r in rows:
+        apart = diverge_from is not None and r["step"] >= diverge_from
+        r["content_hash"] = f"{abs(hash((r['session_id'], r['step'], apart))) % 16**16:016x}"
+        if apart:
+            for k in ("ttft_ms", "tpot_ms", "e2e_ms"):
+                if r.get(k):
+                    r[k] *= slow
+    p.write_bytes(b"\n".join(map(orjson.dumps, rows)) + b"\n")
+    return run_dir
+
+
+def test_under_history_actual_the_shifts_compare_only_requests_with_the_same_content(tmp_path):
+    classes = {"interactive": ClassSpec(sessions=120, steps=6)}
+    a = _hash_content(write_run(tmp_path / "a", classes=classes))
+    # B's sessions part ways from step 4 on, and those later (different) requests are slower
+    b = _hash_content(write_run(tmp_path / "b", classes=classes, noise_seed=2), 4, slow=2.0)
+    scripted = compare_runs(a, b)
+    assert _row(scripted, "overall", "ttft_shift").verdict == VERDICT_WORSE
+    for d in (a, b):
+        _actual(d)
+    cmp = compare_runs(a, b)
+    shift = _row(cmp, "overall", "ttft_shift")
+    assert shift.verdict != VERDICT_WORSE and abs(shift.change) < 0.05
+    assert shift.n_a == shift.n_b == 120 * 3  # steps 1-3 of every session
+    line = next(w for w in cmp.warnings if "paired shifts compare" in w)
+    assert "diverges by design" in line and "the 360 of 720 requests" in line and "(50 %)" in line
+    assert cmp.divergence["pairs"] == {"both": 720, "same_content": 360}
+    # Runs from before content hashes pair by (session, step) and say so.
+    for d in (a, b):
+        p = d / "requests.jsonl"
+        rows = [orjson.loads(x) for x in p.read_bytes().splitlines() if x.strip()]
+        p.write_bytes(b"\n".join(orjson.dumps({**r, "content_hash": None}) for r in rows) + b"\n")
+    old = compare_runs(a, b)
+    assert _row(old, "overall", "ttft_shift").verdict == VERDICT_WORSE
+    assert any("no content hashes recorded" in w for w in old.warnings)

@@ -36,7 +36,11 @@ class Scope:
         sess_b: Rows | None,
         paired: bool,
         n_ids: int,
+        match_content: bool = False,
     ) -> None:
+        # history: actual: a paired shift compares only requests whose content matched
+        self.match_content = match_content
+
         def ids(r: Rows, s: Rows | None) -> np.ndarray:
             return np.unique(
                 np.concatenate([r.col("sid"), s.col("sid") if s is not None else []]).astype(

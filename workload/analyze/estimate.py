@@ -110,13 +110,18 @@ def _paired_requests(sc: Scope, lat: str) -> np.ndarray | None:
     return np.intersect1d(keys[0], keys[1])
 
 
-def _last_by_key(rows: Rows, lat: str) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted unique keys, the last positive `lat` value of each) of these requests."""
+def _last_by_key(rows: Rows, lat: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sorted unique keys, the last positive `lat` value of each, its content hash)."""
     v = rows.lat(lat)
     keep = v > 0  # NaN compares False
     k, v = rows.key()[keep][::-1], v[keep][::-1]
     uk, first = np.unique(k, return_index=True)
-    return uk, v[first]
+    return uk, v[first], rows.col("content")[keep][::-1][first]
+
+
+def content_differs(ca: np.ndarray, cb: np.ndarray) -> np.ndarray:
+    """Pairs whose recorded content hashes differ (a side without a hash: not known to)."""
+    return (ca != cb) & (ca != 0) & (cb != 0)
 
 
 def _shift_metric(
@@ -130,6 +135,8 @@ def _shift_metric(
     a / b are the medians of each side over the same paired requests.
     Returns the row with its point values, and (log ratios sorted, their clusters, median)
     for the bootstrap over A's weights (None: not enough pairs), which `_shift_se` finishes.
+    With `sc.match_content` (history: actual) a pair whose content differs is left out: once
+    the sessions parted ways the same (session, step) carries different prompts.
     """
     d = METRICS[name]
     lat = name.split("_")[0]
@@ -137,8 +144,11 @@ def _shift_metric(
     m.paired_share, m.higher_is_worse = sc.pair_share, d.higher_is_worse
     if not sc.n_common:
         return m, None
-    (ka, xa), (kb, xb) = (_last_by_key(r, lat) for r in sc.reqs)
+    (ka, xa, ca), (kb, xb, cb) = (_last_by_key(r, lat) for r in sc.reqs)
     keys, ia, ib = np.intersect1d(ka, kb, assume_unique=True, return_indices=True)
+    if sc.match_content:
+        same = ~content_differs(ca[ia], cb[ib])
+        keys, ia, ib = keys[same], ia[same], ib[same]
     m.n_a = m.n_b = len(keys)
     if not len(keys):
         return m, None

@@ -30,7 +30,7 @@ SESS_KEYS = ("session_id", "user_class", "slo_met", "status", "outcome", "steps_
 REQ_KEYS = (
     *SESS_KEYS[:5], "step", "itl_ms", "ttft_ms", "tpot_ms", "e2e_ms", "cached_tokens",
     "completion_tokens", "prompt_tokens", "spec_decode", "tool_calls", "stream",
-    "tool_loop_failure", "error_kind",
+    "tool_loop_failure", "error_kind", "content_hash",
 )  # fmt: skip
 
 
@@ -69,6 +69,14 @@ def _int(x: Any) -> int:
     except (TypeError, ValueError, OverflowError):
         return 0
     return v if -(2**62) < v < 2**62 else 0
+
+
+def _hash60(x: Any) -> int:
+    """A recorded hex hash as a positive int64 (its first 15 hex digits); 0 when absent."""
+    try:
+        return int(x[:15], 16) if isinstance(x, str) and x else 0
+    except ValueError:
+        return 0
 
 
 def _ints(vals: list, dt: Any = np.int64) -> np.ndarray:
@@ -165,6 +173,7 @@ class Columns:
         c["tool"] = _ints([bool(x) for x in calls], bool)
         c["ntool"] = _ints([len(x) if isinstance(x, (list, dict, str)) else 0 for x in calls])
         c["stream"] = _ints([bool(x) for x in col("stream", True)], bool)
+        c["content"] = _ints([_hash60(x) for x in col("content_hash")])
         for i in np.flatnonzero(bad).tolist():
             r = rows[i]
             k = (_key(r.get("user_class")), _key(r.get("error_kind") or r.get("status") or "unknown"))  # fmt: skip

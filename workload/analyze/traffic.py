@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from workload.analyze.table import Pair
+from workload.analyze.table import Pair, Rows
 
 # The run length the verdict's quality was measured at (mixed, simulator:
 # docs/canary-verdict-quality.md); shorter runs are judged but flagged.
@@ -72,9 +72,12 @@ def _mean(xs: list[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
 
 
-def history_divergence(pair: Pair) -> dict[str, dict[str, float | None]]:
-    """Per side: steps per session, prompt tokens per step, tool calls per step."""
-    out: dict[str, dict[str, float | None]] = {}
+def history_divergence(pair: Pair) -> dict[str, dict[str, Any]]:
+    """Per side: steps per session, prompt tokens per step, tool calls per step; and `pairs`:
+    how many requests both sides served (`both`) and of those how many with the same content
+    (`same_content`, None when a side recorded no content hashes): what the paired shifts use.
+    """
+    out: dict[str, dict[str, Any]] = {}
     for side, rq, ss in (("a", pair.req[0], pair.sess[0]), ("b", pair.req[1], pair.sess[1])):
         ok = rq.status == 0
         ptok = rq.ptok[ok]
@@ -83,10 +86,22 @@ def history_divergence(pair: Pair) -> dict[str, dict[str, float | None]]:
             "prompt_tokens_per_step": _mean(ptok[(ptok != 0) & ~np.isnan(ptok)].tolist()),
             "tool_calls_per_step": _mean(rq.ntool[ok].astype(float).tolist()),
         }
+    sides = []
+    for t in pair.req:
+        r = Rows(t).where(t.status == 0)
+        k, first = np.unique(r.key(), return_index=True)
+        sides.append((k, r.col("content")[first]))
+    _, ia, ib = np.intersect1d(sides[0][0], sides[1][0], assume_unique=True, return_indices=True)
+    ca, cb = sides[0][1][ia], sides[1][1][ib]
+    hashed = bool(len(ca)) and bool((ca != 0).any()) and bool((cb != 0).any())
+    out["pairs"] = {
+        "both": len(ia),
+        "same_content": int(((ca == cb) & (ca != 0)).sum()) if hashed else None,
+    }
     return out
 
 
-def divergence_line(div: dict[str, dict[str, float | None]]) -> str:
+def divergence_line(div: dict[str, dict[str, Any]]) -> str:
     """One sentence: how far the two sides' traffic diverged."""
     parts = []
     same = True
@@ -106,15 +121,29 @@ def divergence_line(div: dict[str, dict[str, float | None]]) -> str:
             "history: actual (replies go into the history): no rows to measure how far the "
             "sides' traffic diverged"
         )
+    pairs = div.get("pairs") or {}
+    both, matched = pairs.get("both"), pairs.get("same_content")
+    tail = ""
+    if both and matched is None:
+        tail = (
+            "; no content hashes recorded (an older agentload), so the paired shifts pair by "
+            "(session, step) whatever each side sent"
+        )
+    elif both:
+        same = same and matched == both
+        tail = (
+            f"; the paired shifts compare the {matched:,} of {both:,} requests both sides "
+            f"served with the same content ({100 * matched / both:.0f} %)"
+        )
     if same:
         # e.g. two servers that answer greedy requests the same way: the sessions never parted
         return (
             "history: actual, so the sides' traffic may diverge (replies go into the history); "
-            "here it did not: " + "; ".join(parts)
+            "here it did not: " + "; ".join(parts) + tail
         )
     return (
         "history: actual, so the sides' traffic diverges by design (replies go into the "
-        "history): " + "; ".join(parts)
+        "history): " + "; ".join(parts) + tail
     )
 
 

@@ -504,6 +504,7 @@ def compare_runs(
         (f"class:{c}", c) for c in classes
     ]
     pair = Pair((a.req_cols, b.req_cols), (a.sess_cols, b.sess_cols))
+    replays = replays_answers(a.run) or replays_answers(b.run)
     req = (Rows(pair.req[0]), Rows(pair.req[1]))
     sess = (Rows(pair.sess[0]), Rows(pair.sess[1]))
     # Every scope first (overall, classes, then per class its steps and slices), in the
@@ -512,16 +513,20 @@ def compare_runs(
     for name, cls in scopes:
         ra, rb = (pair.of_class(r, cls) for r in req)
         sa, sb = (pair.of_class(s, cls) for s in sess)
-        jobs.append((name, Scope(ra, rb, sa, sb, paired, pair.n_ids), top_names))
+        jobs.append((name, Scope(ra, rb, sa, sb, paired, pair.n_ids, replays), top_names))
     if steps:
         for cls in classes:
             ra, rb = (pair.of_class(r, cls) for r in req)
             sta, stb = ra.col("step"), rb.col("step")
             for k in np.unique(np.concatenate([sta, stb])).tolist():
-                sc = Scope(ra.where(sta == k), rb.where(stb == k), None, None, paired, pair.n_ids)
+                sc = Scope(
+                    ra.where(sta == k), rb.where(stb == k), None, None, paired, pair.n_ids, replays
+                )
                 jobs.append((f"step:{cls}:{k}", sc, list(STEP_METRICS)))
             for label, keep_a, keep_b in slice_filters(ra, rb):
-                sc = Scope(ra.where(keep_a), rb.where(keep_b), None, None, paired, pair.n_ids)
+                sc = Scope(
+                    ra.where(keep_a), rb.where(keep_b), None, None, paired, pair.n_ids, replays
+                )
                 jobs.append((f"slice:{cls}:{label}", sc, list(SLICE_METRICS)))
     drawn = weights_ahead([sc for _, sc, _ in jobs], rng, n_boot)
     for (name, sc, names), w in zip(jobs, drawn, strict=True):
@@ -607,7 +612,7 @@ def compare_runs(
     if nodata:
         warnings.append("not enough data to judge: " + ", ".join(nodata))
     divergence = None
-    if replays_answers(a.run) or replays_answers(b.run):
+    if replays:
         divergence = history_divergence(pair)
         warnings.append(divergence_line(divergence))
         over = history_actual_overrides(a.run) | history_actual_overrides(b.run)

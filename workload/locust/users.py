@@ -22,6 +22,7 @@ from locust.exception import StopUser
 
 from workload.measure.client import request_id_for
 from workload.measure.records import STATUS_CANCELLED, STATUS_OK, RequestRecord, SessionRecord
+from workload.plan.payloads import content_hash
 
 
 def assign_class(classes: list[tuple[str, float, int | None]], index: int) -> str:
@@ -141,6 +142,7 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
                     stopped = True  # the run stopped while queued: the answer is still recorded
             rec.trace_index = getattr(session, "trace_index", None)  # --trace: request k
             rec.body_hash = hashlib.blake2b(req.body, digest_size=8).hexdigest()
+            rec.content_hash = content_hash(req.body)
             session.observe(rec)
             if session.outcome == "tool_loop_failure":
                 rec.tool_loop_failure = session.reason or "tool loop failed"

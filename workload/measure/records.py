@@ -83,6 +83,9 @@ class RequestRecord:
     spec_decode: dict[str, Any] | None = None  # metrics.speculative_decoding, raw
     # blake2b-64 of the exact request body: proves two runs (or two deployments) got the same traffic
     body_hash: str | None = None
+    # the same without the model name (workload.plan.payloads.content_hash): under `history:
+    # actual` the paired shifts compare only requests whose content matched on both sides
+    content_hash: str | None = None
     # Why this step failed the agent's tool loop (missing / malformed / unknown tool call, or an
     # error on a step that makes or carries a tool call); None when it did not. A request can be
     # ok at the HTTP level and still fail the tool loop.

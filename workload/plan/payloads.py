@@ -8,6 +8,7 @@ enables them); nothing run-unique goes in a body (request ids go in headers).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,3 +134,22 @@ def build_body(
     if endpoint == "completions":
         return COMPLETIONS_PATH, completions_body(render_prompt(messages, tools), o)
     raise ValueError(f"unknown endpoint {endpoint!r} (allowed: chat, completions)")
+
+
+_MODEL_KEY = b'"model":"'
+
+
+def content_hash(body: bytes) -> str:
+    """blake2b-64 of a request body without its top-level model name.
+
+    What a session sent, whatever each side's model is called: under `history: actual` the
+    paired shifts compare only requests whose content matched on both sides. Keys are
+    sorted and quotes inside strings are escaped, so the first `"model":"` is the top-level
+    key (no message key sorts before it and holds an object with that key).
+    """
+    i = body.find(_MODEL_KEY)
+    if i >= 0:
+        j = body.find(b'"', i + len(_MODEL_KEY))
+        if j >= 0:
+            body = body[:i] + body[j + 1 :]
+    return hashlib.blake2b(body, digest_size=8).hexdigest()
