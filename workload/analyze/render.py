@@ -169,7 +169,8 @@ def render_text(c: Comparison) -> str:
     hdr = ["scope", "metric", "A", "B", "change [CI]", "threshold", "verdict"]
     gated = sorted(c.rows(gated=True), key=_order)
     lines.append(
-        f"Gated metrics ({c.gated_count} counted; intervals {100 * c.confidence:g} % family-wise, paired by session):"
+        f"Gated metrics ({c.gated_count} counted; intervals {100 * c.confidence:g} % family-wise"
+        f"{' (weighted Bonferroni)' if c.tails and c.tails.headline_rows else ''}, paired by session):"
     )
     if c.gating:
         lines.append(f"  {c.gating}")
