@@ -478,3 +478,18 @@ def test_under_history_actual_the_shifts_compare_only_requests_with_the_same_con
     old = compare_runs(a, b)
     assert _row(old, "overall", "ttft_shift").verdict == VERDICT_WORSE
     assert any("no content hashes recorded" in w for w in old.warnings)
+
+
+def test_a_class_copy_of_a_tail_row_is_shown_at_the_overall_row_s_share(tmp_path):
+    sets = {"tpot_p90_pct": 35, "tpot_p95_pct": 50}
+    a = _blocks(tmp_path / "a", [1.0] * 5, 10, compare=sets)
+    b = _blocks(tmp_path / "b", [1.0] * 5, 20, itl_scale=1.3, compare=sets)
+    cmp = compare_runs(a, b)
+    top, cls = _row(cmp, "overall", "tpot_p95"), _row(cmp, "class:interactive", "tpot_p95")
+    assert top.gated and not cls.gated and cls.method == "blocks"
+    # one class: the same blocks, so the same interval
+    assert cls.ci == pytest.approx(top.ci)
+    # ... unless a flag gates the class row: then it is one of the other rows of the family
+    named = compare_runs(a, b, {"interactive.tpot_p95": 40})
+    row = _row(named, "class:interactive", "tpot_p95")
+    assert row.gated and named.tails.of(row) == named.tails.other < named.tails.headline

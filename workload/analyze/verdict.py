@@ -220,7 +220,11 @@ class GateTails:
         }
 
     def of(self, m: MetricDiff) -> float:
-        return self.headline if (m.scope, m.metric) in self.headline_rows else self.other
+        """A gated row's share; a shown row (a class's copy of a gated overall row) is
+        judged at the share of the overall row it mirrors."""
+        scope = m.scope if m.gated else "overall"
+        head = (scope, m.metric) in self.headline_rows and m.method == "blocks"
+        return self.headline if head else self.other
 
 
 def _can_vary(m: MetricDiff) -> bool:
