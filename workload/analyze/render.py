@@ -170,7 +170,7 @@ def render_text(c: Comparison) -> str:
     gated = sorted(c.rows(gated=True), key=_order)
     lines.append(
         f"Gated metrics ({c.gated_count} counted; intervals {100 * c.confidence:g} % family-wise"
-        f"{' (weighted Bonferroni)' if c.tails and c.tails.headline_rows else ''}, paired by session):"
+        f"{' (weighted Bonferroni)' if c.weighted_alpha else ''}, paired by session):"
     )
     if c.gating:
         lines.append(f"  {c.gating}")

@@ -7,6 +7,7 @@ row (`overall.METRIC`).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from workload.analyze.catalogue import METRICS, CompareError
@@ -124,6 +125,14 @@ def profile_compare(run: dict) -> dict[str, Any]:
     return sec if isinstance(sec, dict) else {}
 
 
+def _put(out: dict[str, float], name: str, v: Any) -> None:
+    """Set threshold `name` to v (percent / points), or turn its gate off (None)."""
+    if v is None:
+        out.pop(name, None)
+    else:
+        out[name] = _pct(v)
+
+
 def replays_answers(run: dict) -> bool:
     """Whether the run's profile ran with `history: actual` (sessions replay the server's answers)."""
     prof = run.get("profile")
@@ -170,19 +179,10 @@ def resolve_thresholds(run_a: dict, run_b: dict, flags: dict | None) -> dict[str
                 name = _metric_name(str(k))
                 if name.split(".")[-1] not in METRICS:
                     continue  # a newer agentload's field
-                if v is None:
-                    out.pop(name, None)
-                    continue
-                try:
-                    out[name] = _pct(v)
-                except (TypeError, ValueError):
-                    continue
+                with contextlib.suppress(TypeError, ValueError):
+                    _put(out, name, v)
     for k, v in (flags or {}).items():
-        name = _metric_name(k)
-        if v is None:
-            out.pop(name, None)
-        else:
-            out[name] = _pct(v)
+        _put(out, _metric_name(k), v)
     for k in list(out):
         if k.split(".")[-1] not in METRICS:
             raise CompareError(

@@ -139,6 +139,11 @@ class Comparison:
     tails: GateTails | None = None  # how alpha was split over the gated rows
 
     @property
+    def weighted_alpha(self) -> bool:
+        """Whether the TPOT tail rows got their own share of alpha (gate_tails)."""
+        return bool(self.tails and self.tails.headline_rows)
+
+    @property
     def exit_code(self) -> int:
         if self.verdict in (VERDICT_WORSE, VERDICT_MIXED):
             return EXIT_REGRESSION

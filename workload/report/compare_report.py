@@ -101,7 +101,7 @@ def write_compare_report(comparison: Comparison, out: Path) -> Path:
             "exit_code": c.exit_code,
             "confidence": f"{100 * c.confidence:g} %",
             "gated_count": c.gated_count,
-            "weighted": bool(c.tails and c.tails.headline_rows),
+            "weighted": c.weighted_alpha,
             "gating": c.gating,
             "n_boot": c.n_boot,
             "header_a": run_header(c.run_a),
