@@ -158,3 +158,10 @@ def test_feed_data_is_the_utf8_of_what_feed_gives(data):
 def test_feed_data_passes_data_bytes_through():
     raw = b'data: {"a":1}\n\n: ping\ndata: l1\ndata:l2\n\ndata: \xff\n\ndata: [DONE]\n\n'
     assert parse_data(raw[:9], raw[9:]) == [b'{"a":1}', b"l1\nl2", b"\xff", b"[DONE]"]
+
+
+def test_an_empty_read_between_the_cr_and_lf_of_a_crlf_keeps_them_one_line_end():
+    """Found by the property test above: feed_data spent the pending skip on an empty read."""
+    pieces = [b'{"a":1}\ndata: retry: 12retry: 12\r', b"", b"\ndata: "]
+    want = [e.data for e in parse(*pieces)]
+    assert [d.decode() for d in parse_data(*pieces)] == want == ["retry: 12retry: 12\n"]

@@ -79,6 +79,8 @@ class SSEParser:
 
     def feed_data(self, chunk: bytes) -> list[bytes]:
         """Parse ``chunk``; return the data of the events it completed (see the class doc)."""
+        if not chunk:  # before _take: an empty read must not spend a pending CRLF's skip
+            return []
         if self._skip_lf:
             chunk = self._take(chunk)
         if not chunk:
