@@ -4,7 +4,7 @@
                                    [--process poisson]
 
 For each rate it plays one arrival stream with the driver `agentload run` uses
-(`workload.locust.arrivals.StreamDriver`, gevent sleeps on the real clock) for
+(`workload.locust.open_loop.StreamDriver`, gevent sleeps on the real clock) for
 --seconds; each session is a greenlet that holds its slot for --hold seconds (so
 rate x hold sessions are in flight, as against a server that answers in --hold s)
 without sending anything. It prints, per rate, the sessions due, and the start
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import gevent  # noqa: E402
 import gevent.pool  # noqa: E402
 
-from workload.locust.arrivals import StreamDriver  # noqa: E402
+from workload.locust.open_loop import StreamDriver  # noqa: E402
 from workload.plan.arrivals import ArrivalSpec, lateness_summary  # noqa: E402
 from workload.plan.load_model import Stream  # noqa: E402
 from workload.run.load_summary import LATENESS_TOLERANCE_S  # noqa: E402

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
-from workload.procs import die_with_parent, stop_child  # noqa: E402
 from workload.sim.launcher import SimProcess  # noqa: E402
+from workload.stopping import die_with_parent, stop_child  # noqa: E402
 
 FLAT_FRACTION = 0.10
 FLAT_FDS = 10

@@ -45,7 +45,7 @@ from workload.analyze.thresholds import HEADLINE_TAIL_SHARE  # noqa: E402
 
 FAILS = (VERDICT_WORSE, VERDICT_MIXED)  # verdicts that exit 3
 from workload.analyze.verdict import compare_runs  # noqa: E402
-from workload.run.canary import DEFAULT_BLOCKS, run_canary  # noqa: E402
+from workload.orchestrate.canary.canary import DEFAULT_BLOCKS, run_canary  # noqa: E402
 from workload.sim.launcher import SimProcess  # noqa: E402
 
 
@@ -94,7 +94,13 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
     baseline vs candidate the regression trial: both are measured the same way, under the
     same host load.
     """
-    from workload.run.canary import _launch, _run_sides, block_args, run_command, traffic_plan
+    from workload.orchestrate.canary.canary import (
+        Job,
+        _launch,
+        block_spec,
+        run_sides,
+        traffic_spec,
+    )
 
     name, sc = scenario_of(args, i)
     run_args = [
@@ -103,7 +109,7 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
     ]  # fmt: skip
     if args.duration:
         run_args += ["--duration", args.duration]
-    plan = traffic_plan(run_args)
+    traffic = traffic_spec(run_args)
     # --independent-seeds: every simulator draws its own answers (the simulator's --seed is in
     # every answer's draw, greedy ones too), so under `history: actual` the sides' sessions
     # part ways after the first reply, as with servers that answer differently.
@@ -121,31 +127,18 @@ def trial_triple(out: Path, i: int, args: argparse.Namespace) -> list[dict]:
     try:
         for sp in sims.values():
             sp.start()
+
+        def job(n: str, url: str, b: int | None) -> Job:
+            spec = traffic if b is None else block_spec(traffic, b, traffic.duration_s)
+            run_dir = out / n if b is None else out / n / f"block-{b}"
+            label = n if b is None else f"{n} block-{b}"
+            return Job(label, n, spec.replace(host=url, out=str(run_dir)))
+
         if args.blocks <= 1:
-            groups = [
-                [
-                    (n, run_command(sp.url, out / n, run_args), out / f"{n}.log")
-                    for n, sp in sims.items()
-                ]
-            ]
+            groups = [[job(n, sp.url, None) for n, sp in sims.items()]]
         else:
-            bs = plan["duration_s"]
-            groups = [
-                [
-                    (
-                        f"{n} block-{b}",
-                        run_command(
-                            sp.url,
-                            out / n / f"block-{b}",
-                            block_args(run_args, plan["seed"], b, bs),
-                        ),
-                        out / n / f"block-{b}.log",
-                    )
-                    for n, sp in sims.items()
-                ]
-                for b in range(args.blocks)
-            ]
-        codes = _run_sides(groups, plan["duration_s"] + 300.0, _launch)
+            groups = [[job(n, sp.url, b) for n, sp in sims.items()] for b in range(args.blocks)]
+        codes = run_sides(groups, traffic.duration_s + 300.0, _launch)
     finally:
         for sp in sims.values():
             sp.stop()
@@ -287,16 +280,19 @@ def first_blocks(out: Path, k: int | None):
 
 
 def judge_early(out: Path, other: str, blocks: int) -> dict:
-    """Re-judge a kept trial as `agentload canary --early-stop` would have run it: the same
-    looks (workload.run.canary._EarlyStop) over the blocks as they would have arrived."""
+    """Re-judge a kept trial as `agentload canary --early-stop` would have run it.
+
+    The same looks (`orchestrate.canary.early_stop.EarlyStop`) over the blocks as they
+    would have arrived.
+    """
     import io
     import tempfile
 
-    from workload.run.canary import _EarlyStop
+    from workload.orchestrate.canary.early_stop import EarlyStop
 
     with tempfile.TemporaryDirectory(prefix="bench-early-") as tmp:
         t = Path(tmp)
-        es = _EarlyStop(t, blocks, None, None, 1000)
+        es = EarlyStop(t, blocks, None, None, 1000)
         for i in range(blocks):
             for side, src in (("baseline", "baseline"), ("candidate", other)):
                 (t / side).mkdir(exist_ok=True)

@@ -260,7 +260,7 @@ def test_side_tables_summed_while_reading_match_the_rows(tmp_path):
 def test_two_runs_read_at_once_are_the_runs_read_in_turn(tmp_path, monkeypatch):
     """load_pair's second process gives the columns load_run gives, and A's error first."""
     from workload.analyze import rundata
-    from workload.analyze.catalogue import CompareError
+    from workload.errors import CompareError
 
     a, b = write_pair(tmp_path)
     monkeypatch.setattr(rundata, "PARALLEL_BYTES", 1)

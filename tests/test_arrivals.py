@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from workload.errors import ArrivalError
 from workload.plan.arrivals import (
     MAX_RATE_PER_S,
-    ArrivalError,
     ArrivalSchedule,
     ArrivalSpec,
     InFlightGate,

@@ -7,7 +7,9 @@ import json
 import pytest
 
 from tests.builders import ClassSpec, write_run
-from workload.run.canary import CanaryError, main_canary, run_canary, run_command
+from workload.cli.main import main as agentload_main
+from workload.errors import CanaryError
+from workload.orchestrate.canary.canary import run_canary, run_command
 
 BASE, CAND = "http://127.0.0.1:18001", "http://127.0.0.1:18002"
 
@@ -36,13 +38,11 @@ class FakeLauncher:
     def __init__(self, scale: float = 1.0, code: int = 0) -> None:
         self.scale, self.code, self.calls = scale, code, []
 
-    def __call__(self, cmd, log):
-        self.calls.append(cmd)
-        out = cmd[cmd.index("--out") + 1]
-        url = cmd[cmd.index("--host") + 1]
-        seed = int(cmd[cmd.index("--seed") + 1]) if "--seed" in cmd else 42
+    def __call__(self, spec, log):
+        self.calls.append(spec)
+        url, seed = spec.host, spec.seed
         write_run(
-            __import__("pathlib").Path(out),
+            __import__("pathlib").Path(spec.out),
             classes={"interactive": ClassSpec(sessions=120, steps=4)},
             traffic_seed=seed, seed=seed, noise_seed=len(self.calls),
             ttft_scale=self.scale if url == CAND else 1.0,
@@ -50,11 +50,24 @@ class FakeLauncher:
         return _Done(self.code)
 
 
-def test_run_command_shape(tmp_path):
-    cmd = run_command(BASE, tmp_path / "baseline", ["--profile", "mixed"], "vllm.log")
-    assert cmd[1:5] == ["-m", "workload.cli", "run", "--host"]
-    assert cmd[5] == BASE and cmd[6:8] == ["--out", str(tmp_path / "baseline")]
-    assert cmd[-4:] == ["--profile", "mixed", "--server-log", "vllm.log"]
+def test_each_side_is_an_agentload_run_that_reads_its_spec_from_stdin():
+    assert run_command()[1:] == ["-m", "workload.cli", "run", "--spec", "-"]
+
+
+def test_every_block_is_the_parsed_traffic_with_its_side_s_target_seed_and_length(tmp_path):
+    fake = FakeLauncher()
+    run_canary(
+        BASE, CAND, ["--profile", "mixed", "--duration", "30s", "--seed", "7"], tmp_path,
+        blocks=4, block_s=12, launch=fake, html=False, server_logs=("a.log", None),
+    )  # fmt: skip
+    first = fake.calls[0]
+    for spec in fake.calls:
+        assert spec.profile == first.profile and spec.profile_ref == "mixed"
+        assert spec.duration_s == 12 and spec.argv.startswith("agentload canary ")
+    by = {(s.host, s.seed): s for s in fake.calls}
+    assert sorted(by) == sorted((h, 7 + i) for h in (BASE, CAND) for i in range(4))
+    assert by[(BASE, 9)].out == str(tmp_path / "baseline" / "block-2")
+    assert by[(BASE, 9)].server_log == "a.log" and by[(CAND, 9)].server_log == ""
 
 
 def test_default_design_is_eight_simultaneous_blocks(tmp_path, capsys):
@@ -62,9 +75,9 @@ def test_default_design_is_eight_simultaneous_blocks(tmp_path, capsys):
     fake = FakeLauncher()
     code = run_canary(BASE, CAND, ["--duration", "30s", "--seed", "7"], tmp_path, launch=fake)
     assert code == 0
-    seeds = [c[c.index("--seed") + 1] for c in fake.calls]
-    assert seeds == [str(7 + i) for i in range(8) for _side in range(2)]
-    assert all(c[c.index("--duration") + 1] == "30s" for c in fake.calls)
+    seeds = [c.seed for c in fake.calls]
+    assert seeds == [7 + i for i in range(8) for _side in range(2)]
+    assert all(c.duration_s == 30 for c in fake.calls)
     assert (tmp_path / "candidate" / "block-7" / "run.json").exists()
     d = json.loads((tmp_path / "comparison.json").read_text())
     assert d["verdict"] == "no detectable change" and d["canary"]["mode"] == "simultaneous"
@@ -81,7 +94,7 @@ def test_single_block_is_one_run_per_side(tmp_path, capsys):
     )
     assert code == 0
     assert len(fake.calls) == 2
-    assert all("--seed" in c and c[c.index("--seed") + 1] == "7" for c in fake.calls)
+    assert all(c.seed == 7 for c in fake.calls)
     assert (tmp_path / "baseline" / "run.json").exists()
     assert (tmp_path / "compare.html").exists()
     assert "VERDICT: NO DETECTABLE CHANGE" in capsys.readouterr().out
@@ -93,9 +106,9 @@ def test_sequential_blocks_run_one_side_then_the_other(tmp_path):
         BASE, CAND, ["--duration", "20s", "--seed", "3"], tmp_path, mode="sequential",
         blocks=4, block_s=12, launch=fake,
     )  # fmt: skip
-    order = "".join("A" if c[c.index("--host") + 1] == BASE else "B" for c in fake.calls)
+    order = "".join("A" if c.host == BASE else "B" for c in fake.calls)
     assert order == "AAAABBBB"
-    assert all(c[c.index("--duration") + 1] == "12s" for c in fake.calls)
+    assert all(c.duration_s == 12 for c in fake.calls)
 
 
 @pytest.mark.parametrize(
@@ -163,7 +176,7 @@ def test_early_stop_that_does_not_settle_runs_the_design_at_the_rest_of_alpha(tm
 
 
 def test_help_lists_early_stop(capsys):
-    assert main_canary(["--help"]) == 0
+    assert agentload_main(["canary", "--help"]) == 0
     assert "--early-stop" in capsys.readouterr().out
 
 
@@ -202,13 +215,11 @@ def test_interleaved_abba_blocks_with_fresh_seeds(tmp_path):
         launch=fake,
     )
     assert code == 0
-    order = [("A" if c[c.index("--host") + 1] == BASE else "B") for c in fake.calls]
+    order = [("A" if c.host == BASE else "B") for c in fake.calls]
     assert "".join(order) == "ABBABAAB"  # linear and quadratic drift cancel
-    seeds = [c[c.index("--seed") + 1] for c in fake.calls]
-    assert seeds == ["5", "5", "6", "6", "7", "7", "8", "8"]
-    assert all(
-        c.count("--duration") == 1 and c[c.index("--duration") + 1] == "40s" for c in fake.calls
-    )
+    seeds = [c.seed for c in fake.calls]
+    assert seeds == [5, 5, 6, 6, 7, 7, 8, 8]
+    assert all(c.duration_s == 40 for c in fake.calls)
     assert (tmp_path / "baseline" / "block-3" / "run.json").exists()
 
 
@@ -238,6 +249,6 @@ def test_existing_out_is_refused(tmp_path):
     ],
 )
 def test_main_canary_bad_input(tmp_path, capsys, argv, msg):
-    assert main_canary([*argv, "--out", str(tmp_path / "o")]) == 2
+    assert agentload_main(["canary", *argv, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1 and "Traceback" not in err

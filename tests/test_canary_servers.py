@@ -19,13 +19,9 @@ from tests.builders import write_run
 from workload.analyze.catalogue import VERDICT_SAME, VERDICT_WORSE
 from workload.analyze.rundata import load_run
 from workload.analyze.startup import split_startup_flags, startup_rows
-from workload.run.canary import main_canary
-from workload.run.servers import (
-    ServerConfigError,
-    load_servers_file,
-    log_tail,
-    split_command,
-)
+from workload.cli.main import main as agentload_main
+from workload.errors import ServerConfigError
+from workload.orchestrate.canary.servers import load_servers_file, log_tail, split_command
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAT = str(ROOT / "tests" / "fixtures" / "e2e_chat.yaml")
@@ -114,7 +110,7 @@ def test_servers_file_errors(tmp_path, text, msg):
     ],
 )
 def test_bad_server_options_are_bad_input(tmp_path, capsys, argv, msg):
-    assert main_canary([*argv, "--out", str(tmp_path / "o")]) == 2
+    assert agentload_main(["canary", *argv, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1 and "Traceback" not in err
 
@@ -156,8 +152,7 @@ def test_startup_rows_judge_values_with_threshold_and_floor(tmp_path):
 @pytest.mark.slow
 def test_sequential_canary_starts_measures_and_stops_each_server(tmp_path, capsys):
     out = tmp_path / "c"
-    code = main_canary(
-        ["--baseline-cmd", SIM, "--candidate-cmd", SIM, "--mode", "sequential", *TRAFFIC,
+    code = agentload_main(["canary", "--baseline-cmd", SIM, "--candidate-cmd", SIM, "--mode", "sequential", *TRAFFIC,
          "--out", str(out), "--no-html", "--n-boot", "200", "--threshold", "time_to_ready=off"]
     )  # fmt: skip
     printed = capsys.readouterr()
@@ -202,8 +197,7 @@ def test_sequential_canary_starts_measures_and_stops_each_server(tmp_path, capsy
 )
 def test_candidate_that_does_not_start_is_a_verdict(tmp_path, capsys, cmd, why):
     out = tmp_path / "c"
-    code = main_canary(
-        ["--baseline-cmd", SIM, "--candidate-cmd", cmd, "--ready-timeout", "3", *TRAFFIC,
+    code = agentload_main(["canary", "--baseline-cmd", SIM, "--candidate-cmd", cmd, "--ready-timeout", "3", *TRAFFIC,
          "--out", str(out), "--no-html"]
     )  # fmt: skip
     printed = capsys.readouterr()
@@ -225,8 +219,7 @@ def test_candidate_that_does_not_start_is_a_verdict(tmp_path, capsys, cmd, why):
 def test_baseline_that_does_not_start_is_exit_2_and_the_candidate_never_starts(tmp_path, capsys):
     out = tmp_path / "c"
     oom = f"{PY} -c 'import sys; print(\"CUDA out of memory\", flush=True); sys.exit(1)' {{port}}"
-    code = main_canary(
-        ["--baseline-cmd", oom, "--candidate-cmd", SIM, "--mode", "sequential", *TRAFFIC,
+    code = agentload_main(["canary", "--baseline-cmd", oom, "--candidate-cmd", SIM, "--mode", "sequential", *TRAFFIC,
          "--out", str(out), "--no-html"]
     )  # fmt: skip
     err = capsys.readouterr().err
@@ -242,8 +235,8 @@ def test_baseline_that_does_not_start_is_exit_2_and_the_candidate_never_starts(t
 
 def _starts(tmp_path: Path, restart: bool) -> tuple[list[dict], Path]:
     from tests.test_canary import FakeLauncher
-    from workload.run.canary import run_canary
-    from workload.run.servers import ServerSpec
+    from workload.orchestrate.canary.canary import run_canary
+    from workload.orchestrate.canary.servers import ServerSpec
 
     # `sleep` stands in for a server; the probe says it is ready at once
     specs = {s: ServerSpec(s, ("sleep", "600", "{port}")) for s in ("baseline", "candidate")}
@@ -283,16 +276,17 @@ def test_interleaved_restart_per_block(tmp_path):
 
 
 def test_compare_cli_shows_startup_metrics(tmp_path, capsys):
-    from workload.cli.compare import main_compare
+    from workload.cli.main import main as agentload_main
 
     a = _with_startup(tmp_path / "a", 60.0, 4000.0, "baseline#1")
     b = _with_startup(tmp_path / "b", 90.0, 4000.0, "candidate#1")
-    assert main_compare([str(a), str(b), "--n-boot", "200"]) == 3
+    assert agentload_main(["compare", str(a), str(b), "--n-boot", "200"]) == 3
     out = capsys.readouterr().out
     assert "time_to_ready" in out and "startup.time_to_ready_s" in out
     assert (
-        main_compare(
+        agentload_main(
             [
+                "compare",
                 str(a),
                 str(b),
                 "--n-boot",

@@ -7,10 +7,9 @@ import math
 
 import pytest
 
-from workload.report.capacity_text import capacity_table
-from workload.run.capacity import (
+from workload.errors import AgentloadError, CapacityError
+from workload.orchestrate.capacity.search import (
     EXIT_BELOW_MIN,
-    CapacityError,
     StepResult,
     capacity_search,
     clearly_broken,
@@ -19,6 +18,7 @@ from workload.run.capacity import (
     search_spec,
     slo_quantile,
 )
+from workload.orchestrate.capacity.text import capacity_table
 
 
 def knee(limit: float, samples_per_load: float = 1000.0, calls: list | None = None):
@@ -230,7 +230,7 @@ def test_bad_settings_one_line(args, kw, msg):
     with pytest.raises(CapacityError, match=msg) as e:
         search_spec(*args, **kw)
     assert "\n" not in str(e.value)
-    assert isinstance(e.value, ValueError)
+    assert isinstance(e.value, AgentloadError)
 
 
 def test_default_precisions():

@@ -12,9 +12,9 @@ import pytest
 from tests.stats_builders import req, sess
 from workload.cli.main import main
 from workload.measure.artifacts import JsonlWriter
-from workload.report.capacity_page import capacity_html
-from workload.run.capacity import search_spec
-from workload.run.capacity_run import CapacityDriver, judge, window_aggregate
+from workload.orchestrate.capacity.driver import CapacityDriver, judge, window_aggregate
+from workload.orchestrate.capacity.page import capacity_html
+from workload.orchestrate.capacity.search import search_spec
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "capacity_kv.yaml")
 SLOS = {"chat": {"ttft_p95_ms": 200.0}}

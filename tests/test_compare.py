@@ -10,11 +10,13 @@ import pytest
 
 from tests.builders import ClassSpec, write_run
 from workload.analyze.bootstrap import quantile_sorted
-from workload.analyze.catalogue import VERDICT_BETTER, VERDICT_SAME, VERDICT_WORSE, CompareError
+from workload.analyze.catalogue import VERDICT_BETTER, VERDICT_SAME, VERDICT_WORSE
+from workload.analyze.render import render_text
 from workload.analyze.rundata import load_run
 from workload.analyze.thresholds import resolve_thresholds
 from workload.analyze.verdict import compare_runs
-from workload.cli.compare import main_compare
+from workload.cli.main import main as agentload_main
+from workload.errors import CompareError
 
 
 def _classes(n: int = 150) -> dict[str, ClassSpec]:
@@ -62,7 +64,7 @@ def test_twenty_percent_slower_ttft_is_worse(tmp_path, base):
     assert 0.1 < row.change < 0.3 and row.ci[0] > 0
     # ITL did not change
     assert _row(cmp, "overall", "itl_p95").verdict == VERDICT_SAME
-    assert "VERDICT: WORSE" in cmp.render_text()
+    assert "VERDICT: WORSE" in render_text(cmp)
 
 
 def test_faster_ttft_is_better_and_passes(tmp_path, base):
@@ -123,7 +125,7 @@ def test_fingerprint_and_labels_diff_listed(tmp_path, base):
         and diff["fingerprint.version"]["b"] == "0.29.0"
     )
     assert diff["fingerprint.model_runner"]["source_b"] == "server log"
-    assert "fingerprint.version" in cmp.render_text()
+    assert "fingerprint.version" in render_text(cmp)
 
 
 def test_thresholds_from_profile_then_flags(tmp_path):
@@ -186,16 +188,20 @@ def test_quantile_matches_numpy_inverted_cdf():
 def test_main_compare_exit_codes(tmp_path, base, capsys):
     same = write_run(tmp_path / "same", classes=_classes(), noise_seed=2)
     slow = write_run(tmp_path / "slow", classes=_classes(), noise_seed=2, ttft_scale=1.3)
-    assert main_compare([str(base), str(same), "--json", str(tmp_path / "c.json")]) == 0
+    assert (
+        agentload_main(["compare", str(base), str(same), "--json", str(tmp_path / "c.json")]) == 0
+    )
     assert json.loads((tmp_path / "c.json").read_text())["exit_code"] == 0
-    assert main_compare([str(base), str(slow), "--html", str(tmp_path / "c.html")]) == 3
+    assert (
+        agentload_main(["compare", str(base), str(slow), "--html", str(tmp_path / "c.html")]) == 3
+    )
     assert (tmp_path / "c.html").exists()
     capsys.readouterr()
-    assert main_compare([str(base), str(tmp_path / "missing")]) == 2
+    assert agentload_main(["compare", str(base), str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a run directory" in err
-    assert main_compare([str(base), str(same), "--threshold", "ttft_p95"]) == 2
-    assert main_compare([str(base)]) == 2
+    assert agentload_main(["compare", str(base), str(same), "--threshold", "ttft_p95"]) == 2
+    assert agentload_main(["compare", str(base)]) == 2
     assert "Traceback" not in capsys.readouterr().err
 
 
@@ -275,7 +281,7 @@ def test_uniform_ten_percent_ttft_shift_is_worse_via_ttft_shift(tmp_path, base):
     itl = _row(cmp, "overall", "itl_shift")
     assert not itl.gated and itl.note and itl.verdict == VERDICT_SAME
     assert _row(compare_runs(base, b, {"itl_shift": 10}), "overall", "itl_shift").gated
-    assert "paired shift" in cmp.gating and "ttft_shift" in cmp.render_text()
+    assert "paired shift" in cmp.gating and "ttft_shift" in render_text(cmp)
 
 
 def test_identical_runs_shift_is_zero_and_no_change(base):
@@ -307,7 +313,7 @@ def test_tail_only_blowup_shows_on_p95_but_does_not_gate_by_default(tmp_path, ba
     shift = _row(cmp, "overall", "ttft_shift")
     assert shift.gated and shift.change == 0.0 and shift.verdict == VERDICT_SAME
     assert cmp.verdict == VERDICT_SAME and cmp.exit_code == 0
-    assert "no between-instance estimate" in cmp.render_text()
+    assert "no between-instance estimate" in render_text(cmp)
 
 
 def test_tail_only_blowup_gates_when_p95_is_named(tmp_path, base, capsys):
@@ -317,9 +323,9 @@ def test_tail_only_blowup_gates_when_p95_is_named(tmp_path, base, capsys):
     assert p95.gated and p95.note is None and p95.verdict == VERDICT_WORSE
     assert cmp.verdict == VERDICT_WORSE
     assert "ttft_p95 gate because a threshold flag names them" in cmp.gating
-    assert main_compare([str(base), str(b), "--threshold", "ttft_p95=10"]) == 3
+    assert agentload_main(["compare", str(base), str(b), "--threshold", "ttft_p95=10"]) == 3
     html = tmp_path / "c.html"
-    assert main_compare([str(base), str(b), "--html", str(html)]) == 0
+    assert agentload_main(["compare", str(base), str(b), "--html", str(html)]) == 0
     page = html.read_text()
     assert "What gates:" in page and "--threshold tpot_p95=10" in page
     capsys.readouterr()
@@ -389,5 +395,5 @@ def test_compare_text_warns_about_skipped_lines(tmp_path, base):
     b = write_run(tmp_path / "b", run_id="run-b", classes=_classes(30), noise_seed=2)
     with open(b / "requests.jsonl", "ab") as fh:
         fh.write(b"\x1b[2J{torn\n")
-    text = compare_runs(base, b).render_text()
+    text = render_text(compare_runs(base, b))
     assert "warning:" in text and "skipped 1 corrupt JSONL line" in text and "\x1b" not in text

@@ -15,8 +15,8 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workload.analyze.catalogue import CompareError
 from workload.analyze.rundata import load_run
+from workload.errors import CompareError
 from workload.measure.artifacts import iter_jsonl, read_json
 from workload.measure.records import ERROR_KINDS
 from workload.measure.sse import SSEParser

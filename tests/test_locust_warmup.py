@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from workload.locust import warmup
 
 
-def test_tokenizer_choice_from_the_command_line() -> None:
-    spec = json.dumps({"tokenizer": "server"})
-    assert warmup.tokenizer_choice(["locust", f"--agent-spec={spec}"]) == "server"
+def test_tokenizer_choice_from_the_command_line(tmp_path: Path) -> None:
+    spec, bad = tmp_path / "spec.json", tmp_path / "bad.json"
+    spec.write_text(json.dumps({"tokenizer": "server"}))
+    bad.write_text("{not json")
+    assert warmup.tokenizer_choice(["locust", "--agent-spec-file", str(spec)]) == "server"
+    assert warmup.tokenizer_choice(["locust", f"--agent-spec-file={spec}"]) == "server"
     assert warmup.tokenizer_choice(["locust", "--tokenizer", "server"]) == "server"
     assert warmup.tokenizer_choice(["locust", "--tokenizer=tiktoken"]) == "tiktoken"
-    assert warmup.tokenizer_choice(["locust", "--agent-spec={not json"]) == "tiktoken"
+    assert warmup.tokenizer_choice(["locust", "--agent-spec-file", str(bad)]) == "tiktoken"
+    assert (
+        warmup.tokenizer_choice(["locust", "--agent-spec-file", str(tmp_path / "no")]) == "tiktoken"
+    )
     assert warmup.tokenizer_choice(["locust"]) == "tiktoken"
 
 
@@ -62,21 +69,22 @@ def _check_workers_missing_at_test_stop_are_lost() -> None:
     """Locust stops the test when its last worker goes missing: that run is partial."""
     from types import SimpleNamespace
 
-    from workload.locust import stopping
+    from workload.locust.signals import state_of
+    from workload.locust.workers import watch_workers
 
     nodes = {
         "a": SimpleNamespace(id="a", state="running"),
         "b": SimpleNamespace(id="b", state="running"),
     }
     env = SimpleNamespace(runner=SimpleNamespace(clients=nodes))
-    watcher = stopping.watch_workers(env, started_wall=0.0, interval_s=3600)
+    watcher = watch_workers(env, started_wall=0.0, interval_s=3600)
     try:
         watcher.sweep()
-        assert stopping.state_of(env).lost_workers == []
+        assert state_of(env).lost_workers == []
         nodes["a"].state = "missing"
         del nodes["b"]  # a worker that stopped (web UI) is not counted at the final sweep
         watcher.sweep()
-        lost = stopping.state_of(env).lost_workers
+        lost = state_of(env).lost_workers
         assert [(w["worker"], w["why"]) for w in lost] == [("a", "no heartbeat")]
     finally:
         watcher.kill()

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from workload.errors import UsageError
-from workload.locust.arrivals import Arrival, StreamDriver
+from workload.locust.open_loop import Arrival, StreamDriver
 from workload.plan.arrivals import ArrivalSchedule, ArrivalSpec
 from workload.plan.load_model import (
     ClassPicker,
@@ -295,7 +295,7 @@ def _check_stages_shape_ticks_from_the_runs_t0():
     import time
     from types import SimpleNamespace
 
-    from workload.locust.shapes import StagesShape
+    from workload.locust.load_shape import StagesShape
     from workload.plan.stages import LoadStages
 
     raw = [{"duration_s": 10, "users": 2}, {"duration_s": 10, "users": 6, "ramp_s": 4}]
@@ -316,7 +316,7 @@ def _check_rate_stages_shape_keeps_the_closed_users_until_the_end():
     import time
     from types import SimpleNamespace
 
-    from workload.locust.shapes import StagesShape
+    from workload.locust.load_shape import StagesShape
     from workload.plan.stages import LoadStages
 
     stages = LoadStages([{"duration_s": 5, "arrival_rate": 2}])

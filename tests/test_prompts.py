@@ -81,7 +81,7 @@ def test_rejects_tokenizer_that_merges(tok):
         def count(self, text):
             return len(self.encode(text))
 
-    from workload.plan.tokens import TokenizerUnavailable
+    from workload.errors import TokenizerUnavailable
 
     with pytest.raises(TokenizerUnavailable):
         PromptSynth(Merging(), pool_pieces=1000)

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from workload.errors import SetupError, UsageError
-from workload.locust.arrivals import Arrival, StreamDriver
+from workload.locust.open_loop import Arrival, StreamDriver
 from workload.measure.records import RequestRecord
 from workload.plan.arrivals import ArrivalSpec
 from workload.plan.load_model import Stream
@@ -171,9 +171,9 @@ def test_trace_session_failure_ends_it_without_retry():
 
 def test_trace_options_resolve_once_and_travel_as_a_path():
     spec = resolve_spec({"trace": MOONCAKE, "speedup": "10", "trace_limit": "12"})
-    assert spec.trace_info["requests"] == 12 and spec.trace_info["format"] == "mooncake"
+    assert spec.trace_info.requests == 12 and spec.trace_info.format == "mooncake"
     assert spec.users == 1  # the trace is the traffic: one idle user keeps Locust up
-    assert spec.duration_s == pytest.approx(spec.trace_info["span_s"] + 120.0)
+    assert spec.duration_s == pytest.approx(spec.trace_info.span_s + 120.0)
     text = spec.to_json()
     assert len(text) < 20000 and "hash_ids" not in text  # the path travels, not the trace
     back = RunSpec.from_json(text)
@@ -204,8 +204,8 @@ def test_bad_lines_skipped_are_counted_and_named(tmp_path):
     f = tmp_path / "t.jsonl"
     f.write_text("\n".join([lines[0], "{oops", lines[1], lines[2]]) + "\n")
     spec = resolve_spec({"trace": str(f), "trace_format": "mooncake"})
-    assert spec.trace_info["bad_lines"] == 1 and spec.trace_info["requests"] == 3
-    assert spec.trace_info["first_bad_line"].startswith(f"{f}:2:")
+    assert spec.trace_info.bad_lines == 1 and spec.trace_info.requests == 3
+    assert spec.trace_info.first_bad_line.startswith(f"{f}:2:")
     with pytest.raises(UsageError, match=rf"{f}:2:"):
         resolve_spec({"trace": str(f), "on_bad_line": "stop", "trace_format": "mooncake"})
 

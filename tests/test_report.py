@@ -10,7 +10,7 @@ import pytest
 
 from tests.builders import write_run
 from workload.analyze.verdict import compare_runs
-from workload.cli.report import main_report
+from workload.cli.main import main as agentload_main
 from workload.report.compare_report import write_compare_report
 from workload.report.run_report import write_run_report
 
@@ -83,10 +83,10 @@ def test_compare_report_has_verdict_and_diff_on_top(tmp_path, comparison):
 
 
 def test_main_report(tmp_path, evil_run, capsys):
-    assert main_report([str(evil_run), "--out", str(tmp_path / "r.html")]) == 0
+    assert agentload_main(["report", str(evil_run), "--out", str(tmp_path / "r.html")]) == 0
     assert (tmp_path / "r.html").exists()
     capsys.readouterr()
-    assert main_report([str(tmp_path / "nope")]) == 2
+    assert agentload_main(["report", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
 

@@ -492,7 +492,7 @@ def test_main_bad_args_exit_2(capsys):
     assert sim_main(["--fault", "explode=0.1"]) == 2
     assert sim_main(["--set", "no_such_key=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("agentload sim: error:") for line in err)
+    assert len(err) == 3 and all(line.startswith("agentload: error:") for line in err)
 
 
 def test_sim_process_starts_serves_and_stops():

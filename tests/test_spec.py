@@ -16,16 +16,11 @@ import pytest
 
 from workload.cli.main import main, resolve_run
 from workload.errors import EXIT_BAD_INPUT, AgentloadError, ProfileError, SetupError, UsageError
-from workload.locust.command import locust_argv
 from workload.locust.options import add_arguments, form_changed, reresolve, spec_from_options
-from workload.procs import die_with_parent, stop_child
-from workload.run.spec import (
-    CANARY_FORBIDDEN,
-    OPTIONS,
-    RunSpec,
-    build_run_parser,
-    raw_values,
-)
+from workload.orchestrate.locust_child import locust_argv
+from workload.run.options import CANARY_FORBIDDEN, OPTIONS, build_run_parser, raw_values
+from workload.run.spec import RunSpec, read_spec, write_spec
+from workload.stopping import die_with_parent, stop_child
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = str(ROOT / "tests" / "fixtures" / "e2e_chat.yaml")
@@ -68,7 +63,7 @@ def test_the_table_feeds_both_parsers_with_the_same_help_and_defaults():
     # Locust owns --profile, --users, --spawn-rate, --host: never registered there.
     flags = {f for a in loc.values() for f in a.option_strings}
     assert not flags & {"--profile", "--users", "--spawn-rate", "--host", "--run-time"}
-    assert {"--agent-profile", "--seed", "--set", "--label", "--slo", "--agent-spec"} <= flags
+    assert {"--agent-profile", "--seed", "--set", "--label", "--slo", "--agent-spec-file"} <= flags
     # The start form shows these, under the field names the web UI posts.
     assert {k for k, v in lp.web.items() if v} >= {"agent_profile", "seed", "out"}
     assert {"--host", "--out", "--server-log"} <= set(CANARY_FORBIDDEN)
@@ -80,7 +75,7 @@ def test_run_accepts_profile_and_agent_profile():
     assert raw_values(a)["profile"] == raw_values(b)["profile"] == "x"
 
 
-def test_resolution_applies_the_profile_once(monkeypatch):
+def test_resolution_applies_the_profile_once(monkeypatch, tmp_path):
     import workload.plan.loading as profile_mod
 
     calls = []
@@ -100,13 +95,53 @@ def test_resolution_applies_the_profile_once(monkeypatch):
     assert spec.duration_s == float(spec.profile.run.duration_s)
     assert spec.max_error_ratio == spec.profile.max_error_ratio
     assert all(v["ttft_p95_ms"] == 9 for v in spec.slos().values())
-    # What Locust (and every worker) receives: no second load.
-    cmd = locust_argv(spec.replace(host="http://127.0.0.1:9", run_id="r", out="o"))
-    sent = next(a for a in cmd if a.startswith("--agent-spec="))
-    opts = argparse.Namespace(agent_spec=sent.split("=", 1)[1], progress_interval="5")
+    # What Locust receives: the spec as a file in the run directory, no second load.
+    spec = spec.replace(host="http://127.0.0.1:9", run_id="r", out=str(tmp_path))
+    cmd = locust_argv(spec, write_spec(spec, tmp_path))
+    path = cmd[cmd.index("--agent-spec-file") + 1]
+    assert path == str(tmp_path / "spec.json") and not any("{" in a for a in cmd)
+    opts = argparse.Namespace(agent_spec_file=path, progress_interval="5")
     again = spec_from_options(opts, "http://127.0.0.1:9", 1)
     assert again.run_id == "r" and again.profile == spec.profile
     assert len(calls) == 1
+    # ... and what the master sends its workers inside the spawn message.
+    worker = spec_from_options(
+        argparse.Namespace(agent_spec=again.to_json(), progress_interval="5"), "", 2
+    )
+    assert worker == again
+
+
+def test_a_spec_file_gives_back_the_run_exactly(tmp_path):
+    spec = resolve_run(["--profile", CHAT, "--seed", "7", "--duration", "90.4s"])
+    spec = spec.replace(host="http://h:1", run_id="r", out=str(tmp_path))
+    back = read_spec(write_spec(spec, tmp_path))
+    assert back == spec and back.duration_s == 90.4
+    assert read_spec(tmp_path) == spec  # a run directory names its spec.json
+
+
+@pytest.mark.parametrize(
+    "content, msg",
+    [
+        ("{not json", "is not JSON"),
+        ('{"schema_version": 1, "profile": {"classes": {}}}', "at least one traffic class"),
+        ('{"schema_version": 99}', "not a spec.json"),
+        ('{"schema_version": 1, "profile": {}, "bogus": 1}', "unknown fields bogus"),
+    ],
+)
+def test_a_bad_spec_file_is_one_line(tmp_path, content, msg):
+    f = tmp_path / "spec.json"
+    f.write_text(content)
+    with pytest.raises(UsageError, match=msg):
+        read_spec(f)
+
+
+def test_run_with_a_spec_takes_only_out_and_overwrite(tmp_path):
+    spec = resolve_run(["--profile", CHAT, "--seed", "7"]).replace(out=str(tmp_path / "a"))
+    f = write_spec(spec, tmp_path)
+    again = resolve_run(["--spec", str(f), "--out", str(tmp_path / "b")])
+    assert again.seed == 7 and again.out == str(tmp_path / "b") and again.run_id == ""
+    with pytest.raises(UsageError, match="drop --seed"):
+        resolve_run(["--spec", str(f), "--seed", "8"])
 
 
 def test_runspec_round_trips_through_json():
@@ -191,11 +226,14 @@ def test_plain_locust_parser_takes_our_options(tmp_path):
 
 def test_locust_argv_web_mode_shows_the_form_values():
     spec = resolve_run(["--profile", CHAT, "--seed", "3", "--web", "--web-port", "8123"])
-    cmd = locust_argv(spec.replace(host="http://127.0.0.1:9", out="o", run_id="r"))
+    cmd = locust_argv(spec.replace(host="http://127.0.0.1:9", out="o", run_id="r"), Path("s"))
     assert "--headless" not in cmd and cmd[cmd.index("--web-port") + 1] == "8123"
     assert cmd[cmd.index("--agent-profile") + 1] == CHAT and cmd[cmd.index("--seed") + 1] == "3"
-    head = locust_argv(spec.replace(web=False, host="http://127.0.0.1:9", out="o", run_id="r"))
-    assert "--headless" in head and head[head.index("--run-time") + 1] == "60s"
+    head = locust_argv(
+        spec.replace(web=False, host="http://127.0.0.1:9", out="o", run_id="r"), Path("s")
+    )
+    # No --run-time: the run clock reads the spec's one duration.
+    assert "--headless" in head and "--run-time" not in head
 
 
 def test_errors_share_one_base_and_exit_code():
@@ -236,7 +274,7 @@ def test_child_dies_with_its_parent(tmp_path):
     parent_code = textwrap.dedent(
         """
         import subprocess, sys, time
-        from workload.procs import die_with_parent
+        from workload.stopping import die_with_parent
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                                  preexec_fn=die_with_parent())
         print(child.pid, flush=True)

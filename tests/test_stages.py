@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from workload.errors import StageError
 from workload.plan.arrivals import ArrivalSchedule, ArrivalSpec
-from workload.run.stages import LoadStages, Stage, StageError, StageList, Target, check_stages
+from workload.plan.stages import LoadStages, Stage, StageList, Target, check_stages
 
 RATES = [
     {"duration_s": 60, "arrival_rate": "30pm"},

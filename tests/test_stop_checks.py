@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from workload.cli.main import main
-from workload.errors import EXIT_BAD_INPUT, UsageError, exit_code_for_signal
+from workload.errors import EXIT_BAD_INPUT, UsageError
 from workload.measure import artifacts
 from workload.measure.records import RequestRecord, SessionRecord
 from workload.measure.slo import SLOResult
@@ -21,6 +21,7 @@ from workload.run import reconcile
 from workload.run.checks import check_out_dir, check_workers
 from workload.run.finalize import EXIT_ERRORS, EXIT_SLO, last_line, outcome_reason
 from workload.run.spec import check_slos as check_slo_overrides
+from workload.stopping import exit_code_for_signal
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

@@ -12,13 +12,13 @@ import orjson
 import pytest
 import yaml
 
+from workload.errors import TraceError
 from workload.measure.records import RequestRecord
 from workload.plan.loading import load_profile, validate_profile
 from workload.plan.sessions import SessionPlanner
 from workload.plan.tokens import get_tokenizer
 from workload.plan.traces import (
     BlockSynth,
-    TraceError,
     TraceRequest,
     detect_format,
     detect_quantum,

@@ -19,8 +19,9 @@ from workload.analyze.catalogue import (
     VERDICT_SAME,
     VERDICT_WORSE,
 )
+from workload.analyze.render import render_text
 from workload.analyze.verdict import compare_runs
-from workload.cli.compare import main_compare
+from workload.cli.main import main as agentload_main
 
 
 def _row(cmp, scope, metric):
@@ -132,12 +133,12 @@ def test_small_sample_session_collapse_is_decisive(tmp_path, capsys):
     assert any("(one run of 20 s) is shorter than the design" in w for w in cmp.warnings)
     ex = cmp.tool_loop["b"]
     assert ex and ex[0]["class"] == "agent" and ex[0]["step"] == 3 and ex[0]["request_id"]
-    assert main_compare([str(a), str(b)]) == 3
+    assert agentload_main(["compare", str(a), str(b)]) == 3
     out = capsys.readouterr().out
     assert out.startswith("VERDICT: WORSE (exit 3)")
     assert "First tool-loop failures in B" in out
     html = tmp_path / "c.html"
-    assert main_compare([str(a), str(b), "--html", str(html)]) == 3
+    assert agentload_main(["compare", str(a), str(b), "--html", str(html)]) == 3
     page = html.read_text()
     assert 'id="tool-loop"' in page and ex[0]["request_id"] in page
     capsys.readouterr()
@@ -184,7 +185,7 @@ def test_better_ttft_worse_tpot_is_mixed_and_fails(tmp_path):
     assert _row(cmp, "overall", "tpot_shift").verdict == VERDICT_WORSE
     assert _row(cmp, "overall", "ttft_shift").verdict == "better"
     assert cmp.verdict == VERDICT_MIXED and cmp.exit_code == 3
-    text = cmp.render_text().splitlines()
+    text = render_text(cmp).splitlines()
     assert text[0] == "VERDICT: MIXED (exit 3)" and text[1].startswith(
         "Worse (gated): overall TPOT"
     )
@@ -207,11 +208,11 @@ def test_where_names_the_tool_calling_slice(tmp_path):
         path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     cmp = compare_runs(a, b)
     assert cmp.verdict in (VERDICT_WORSE, VERDICT_MIXED)
-    head = "\n".join(cmp.render_text().splitlines()[:5])
+    head = "\n".join(render_text(cmp).splitlines()[:5])
     assert "interactive tool-calling steps TPOT shift +" in head
     assert _row(cmp, "slice:interactive:tool-calling steps", "tpot_shift").gated
     html = tmp_path / "c.html"
-    assert main_compare([str(a), str(b), "--html", str(html)]) == 3
+    assert agentload_main(["compare", str(a), str(b), "--html", str(html)]) == 3
     page = html.read_text()
     assert 'id="headline"' in page and "tool-calling steps" in page
 
@@ -232,7 +233,7 @@ def test_wide_interval_is_inconclusive_with_exit_4_and_says_how_much_more(tmp_pa
     f = cmp.settle["factor"]
     assert 1 < f < 25 and cmp.settle["metrics"] == ["overall ttft_shift"]
     assert f"about {f:.1f}x this traffic" in cmp.settle["line"]
-    assert main_compare([str(a), str(b)]) == 4
+    assert agentload_main(["compare", str(a), str(b)]) == 4
     out = capsys.readouterr().out
     assert out.startswith("VERDICT: INCONCLUSIVE (exit 4)")
     assert "Could still hide a threshold-sized regression: overall TTFT shift" in out
@@ -265,7 +266,7 @@ def test_no_detectable_change_means_every_gated_interval_excludes_the_threshold(
         if m.eq_bound is not None:
             worse = m.eq_bound if m.higher_is_worse else -m.eq_bound
             assert worse < m.threshold, (m.scope, m.metric)
-    assert main_compare([str(a), str(b)]) == 0
+    assert agentload_main(["compare", str(a), str(b)]) == 0
     assert "each interval excludes a regression of its threshold" in capsys.readouterr().out
 
 
@@ -356,8 +357,8 @@ def test_the_mixed_profile_gates_tpot_p90_beside_p95():
 
 
 def test_the_tpot_tail_rows_share_half_of_alpha_and_the_family_keeps_its_level(tmp_path):
+    from workload.analyze.judge import gate_tails
     from workload.analyze.thresholds import HEADLINE_TAIL_SHARE
-    from workload.analyze.verdict import gate_tails
 
     sets = {"tpot_p90_pct": 35, "tpot_p95_pct": 50}
     a = _blocks(tmp_path / "a", [1.0] * 5, 10, compare=sets)

@@ -1,13 +1,22 @@
-"""The one error hierarchy and the exit codes (bottom layer: imports nothing of ours).
+"""The one error edge: every exit code, every user-facing error class, the one error line.
 
-Errors are raised where input is checked and turned into one line
-("agentload: error: ...") plus an exit code at the CLI edge only
-(`workload.cli.main.main`).
+Bottom layer (standard library only). A product error is an ``AgentloadError``
+raised where the input is checked, with its exit code and, where it helps, a hint;
+it travels up untouched and becomes one line at the edge: ``print_error`` is the
+only function that writes ``agentload: error: ...``, and ``run_edge`` the only
+place that turns an error into an exit code. Every command (``workload.cli.main``,
+``agentload sim`` run on its own) and the Locust child's set-up go through them.
+
+Errors on the hot path are data (records), never exceptions. Exceptions that
+never reach a user (control flow inside one module) stay private to that module.
 """
 
 from __future__ import annotations
 
-import signal
+import argparse
+import sys
+from collections.abc import Callable, Iterable
+from typing import NoReturn
 
 EXIT_OK = 0
 EXIT_ERRORS = 1  # errors above the allowed ratio
@@ -20,32 +29,22 @@ EXIT_SIGHUP = 129  # 128 + SIGHUP: the terminal went away
 EXIT_SIGINT = 130  # 128 + SIGINT: Ctrl-C
 EXIT_SIGTERM = 143  # 128 + SIGTERM: a script or CI cancelled the run
 
-# The stop protocol between `agentload run` and its Locust child (workload.locust.launch, which
-# imports only this module before gevent patches): the env var naming the fd on which the child
-# writes one byte once its Python runs; until then a stop signal kills it instead.
-READY_FD_ENV = "AGENTLOAD_READY_FD"
-# Stop signals this close together are one stop, on both sides: a terminal's Ctrl-C to the
-# group plus a supervisor passing it on, or `pkill -INT -f` reaching parent and child at once.
-SAME_STOP_S = 0.25
-
-
-def exit_code_for_signal(signum: int) -> int:
-    """The conventional shell exit status of a run ended by signal `signum` (128 + signum)."""
-    return 128 + int(signum)
-
-
-def stopped_before_run_line(signum: int) -> str:
-    """The last line of `agentload run` stopped by `signum` before its run began."""
-    return (
-        f"agentload: exit {exit_code_for_signal(signum)}: interrupted "
-        f"({signal.Signals(signum).name}) before the run started; nothing was measured"
-    )
+PREFIX = "agentload: error: "
 
 
 class AgentloadError(Exception):
-    """Base of every error agentload reports to a user as one line."""
+    """Base of every error agentload reports to a user as one line (`line()`)."""
 
     exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def line(self) -> str:
+        """The one line shown to the user (without the `agentload: error:` prefix)."""
+        text = " ".join(str(self).split("\n"))
+        return f"{text}; {self.hint}" if self.hint else text
 
 
 class UsageError(AgentloadError):
@@ -59,6 +58,85 @@ class SetupError(AgentloadError):
 class ProfileError(AgentloadError):
     """A profile cannot be used; ``problems`` holds one human-readable line per problem."""
 
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: Iterable[str]) -> None:
         self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
+        super().__init__("; ".join(self.problems))
+
+
+class ProfileTextError(AgentloadError, ValueError):
+    """A YAML text this reader refuses (too large, too deep, too many aliases), with its line.
+    (A ValueError too: the loader reports it as a ProfileError problem with file:line.)"""
+
+
+class ArrivalError(UsageError, ValueError):
+    """An arrival rate or process that cannot be used. (A ValueError too, because the
+    profile's pydantic validators call the same checks and pydantic reports ValueErrors.)"""
+
+
+class StageError(UsageError, ValueError):
+    """Load stages that cannot be played (a ValueError too: pydantic validators raise it)."""
+
+
+class TraceError(UsageError):
+    """A trace file cannot be read (one line: file:line: reason)."""
+
+
+class TokenizerUnavailable(SetupError):
+    """The requested tokenizer cannot be loaded here (one-line reason)."""
+
+
+class SimConfigError(UsageError):
+    """A simulator preset, `--set` or `--fault` value that cannot be used."""
+
+
+class SimStartError(SetupError):
+    """The simulator did not come up (one-line reason, with its last stderr line)."""
+
+
+class CompareError(AgentloadError):
+    """Bad input to a comparison (missing or unreadable run directory)."""
+
+
+class CanaryError(CompareError):
+    """A canary cannot start or a side failed to produce a run (one line, exit 2)."""
+
+
+class ServerConfigError(UsageError):
+    """A server command or --servers file that cannot be used (one line, exit 2)."""
+
+
+class CapacityError(UsageError):
+    """Bad capacity-search settings (one line, exit 2)."""
+
+
+class ArgParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are UsageError (one line, exit 2), not usage + exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def print_error(message: str) -> None:
+    """Write the one error line (the only writer of `agentload: error:`)."""
+    print(PREFIX + " ".join(message.split("\n")), file=sys.stderr, flush=True)
+
+
+def report(e: AgentloadError) -> int:
+    """Print the error's line; its exit code."""
+    print_error(e.line())
+    return e.exit_code
+
+
+def run_edge(body: Callable[[], int]) -> int:
+    """Run a command's body; an AgentloadError or an unreadable file becomes one line and
+    its exit code, `--help` its status. The only place an error becomes an exit code."""
+    try:
+        return int(body())
+    except AgentloadError as e:
+        return report(e)
+    except OSError as e:  # a file named on the command line that cannot be read or written
+        where = f"{e.filename}: " if e.filename else ""
+        print_error(f"{where}{e.strerror or e}")
+        return EXIT_BAD_INPUT
+    except SystemExit as e:  # argparse --help (errors raise UsageError instead)
+        return e.code if isinstance(e.code, int) else 0

@@ -10,8 +10,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from workload.errors import AgentloadError
-
 VERDICT_WORSE = "worse"
 VERDICT_BETTER = "better"
 VERDICT_SAME = "no detectable change"
@@ -88,10 +86,6 @@ HEADLINE_ORDER = (
     "session_success_ratio", "tool_loop_failure_ratio", "error_ratio", "output_throughput",
     "completed_sessions", "cached_ratio", "spec_acceptance_length", "spec_acceptance_rate",
 )  # fmt: skip
-
-
-class CompareError(AgentloadError, ValueError):
-    """Bad input to a comparison (missing or unreadable run directory)."""
 
 
 @dataclass

@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from workload.analyze.catalogue import (
     HEADLINE_ORDER,
     VERDICT_BETTER,
@@ -15,11 +13,9 @@ from workload.analyze.catalogue import (
     VERDICT_WORSE,
     MetricDiff,
 )
+from workload.analyze.comparison import Comparison
 from workload.analyze.slices import fmt_delta, metric_label
 from workload.observe.safe import sanitize
-
-if TYPE_CHECKING:  # only for the annotation: verdict imports this module
-    from workload.analyze.verdict import Comparison
 
 
 def fmt_value(m: MetricDiff, v: float | None) -> str:

@@ -19,8 +19,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from workload.analyze.catalogue import CompareError
 from workload.analyze.table import Columns
+from workload.errors import CompareError
 from workload.measure.artifacts import iter_jsonl_chunks, read_json
 
 

@@ -1,7 +1,7 @@
 """Start-up metrics of a comparison: time to ready and start-up memory of each side's server.
 
 When the canary starts the servers itself, each side's run.json holds a
-`startup` block (workload.run.servers): time to ready, the maximum resident
+`startup` block (workload.orchestrate.canary.servers): time to ready, the maximum resident
 memory of the server's process tree until ready, GPU memory (NVML) when known.
 Those become rows of the comparison, judged by their point values: there is
 one start per side (or one per block with `--restart-per-block`, then the
@@ -17,7 +17,7 @@ the server diff to a finished comparison and updates its verdict.
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workload.analyze.catalogue import (
     VERDICT_BETTER,
@@ -27,11 +27,9 @@ from workload.analyze.catalogue import (
     VERDICT_WORSE,
     MetricDiff,
 )
+from workload.analyze.comparison import Comparison
 from workload.analyze.rundata import RunData
 from workload.measure.artifacts import read_json
-
-if TYPE_CHECKING:
-    from workload.analyze.verdict import Comparison
 
 # metric -> (field of the startup block, unit)
 STARTUP_METRICS: dict[str, tuple[str, str]] = {

@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from workload.analyze.catalogue import METRICS, CompareError
+from workload.analyze.catalogue import METRICS
+from workload.errors import CompareError
 
 # Thresholds in percent (relative) or percentage points (ratios); a metric
 # without a threshold is reported but does not gate.

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from workload.analyze.options import QuietParser, add_verdict_options, run_cli
+from workload.analyze.options import add_verdict_options
+from workload.analyze.render import render_text
 from workload.analyze.startup import add_startup, split_startup_flags
 from workload.analyze.thresholds import parse_threshold_flags
 from workload.analyze.verdict import compare_runs
+from workload.errors import ArgParser
+from workload.measure.artifacts import write_json
+from workload.report.compare_report import write_compare_report
 
 
-def compare_argparser(prog: str = "agentload compare") -> argparse.ArgumentParser:
+def compare_argparser(prog: str = "agentload compare") -> ArgParser:
     """The `compare` command's options."""
-    p = QuietParser(
+    p = ArgParser(
         prog=prog, description="Compare two runs (A = baseline, B = candidate) with a verdict."
     )
     p.add_argument("run_a", type=Path, help="baseline run directory")
@@ -26,23 +29,16 @@ def compare_argparser(prog: str = "agentload compare") -> argparse.ArgumentParse
 
 def main_compare(argv: list[str]) -> int:
     """`agentload compare RUN_A RUN_B`: print the verdict, exit 0 pass / 3 regression / 2 bad input."""
-
-    def body(args: argparse.Namespace) -> int:
-        flags, startup_flags = split_startup_flags(parse_threshold_flags(args.threshold))
-        cmp = compare_runs(
-            args.run_a, args.run_b, flags, confidence=args.confidence, n_boot=args.n_boot,
-        )  # fmt: skip
-        add_startup(cmp, startup_flags)  # canary-started servers: time to ready, memory
-        print(cmp.render_text())
-        if args.json:
-            from workload.measure.artifacts import write_json
-
-            write_json(args.json, cmp.to_dict())
-        if args.html:
-            from workload.report.compare_report import write_compare_report
-
-            write_compare_report(cmp, args.html)
-            print(f"report: {args.html}")
-        return cmp.exit_code
-
-    return run_cli("compare", compare_argparser(), argv, body)
+    args = compare_argparser().parse_args(argv)
+    flags, startup_flags = split_startup_flags(parse_threshold_flags(args.threshold))
+    cmp = compare_runs(
+        args.run_a, args.run_b, flags, confidence=args.confidence, n_boot=args.n_boot
+    )
+    add_startup(cmp, startup_flags)  # canary-started servers: time to ready, memory
+    print(render_text(cmp))
+    if args.json:
+        write_json(args.json, cmp.to_dict())
+    if args.html:
+        write_compare_report(cmp, args.html)
+        print(f"report: {args.html}")
+    return cmp.exit_code

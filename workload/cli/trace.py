@@ -13,18 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from workload.errors import EXIT_BAD_INPUT
+from workload.errors import ArgParser, UsageError
 
 SHOW_BAD = 10  # bad lines printed one by one; the rest are counted
-
-
-class _Usage(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise _Usage(f"{self.prog}: {message}")
 
 
 def _limit(text: str | None) -> int | None:
@@ -33,9 +24,9 @@ def _limit(text: str | None) -> int | None:
     try:
         n = int(text)
     except ValueError:
-        raise _Usage(f"bad --limit {text!r}: it must be a whole number") from None
+        raise UsageError(f"bad --limit {text!r}: it must be a whole number") from None
     if n < 1:
-        raise _Usage(f"bad --limit {text}: it must be at least 1")
+        raise UsageError(f"bad --limit {text}: it must be at least 1")
     return n
 
 
@@ -52,8 +43,8 @@ def _add_read_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from workload.plan.traces import FORMATS
 
-    p = _Parser(prog="agentload trace", description="Import, fit and export request traces.")
-    sub = p.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    p = ArgParser(prog="agentload trace", description="Import, fit and export request traces.")
+    sub = p.add_subparsers(dest="what", required=True, parser_class=ArgParser)
     imp = sub.add_parser("import", help="read a trace, print a summary, write our JSONL")
     imp.add_argument("format", choices=["auto", *FORMATS], help="trace format or auto")
     imp.add_argument("file", help="trace file (or a run directory for requests)")
@@ -109,7 +100,7 @@ def _read(args: argparse.Namespace, fmt: str):  # type: ignore[no-untyped-def]
     trace = read_trace(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
     _report_bad(trace)
     if not trace.requests:
-        raise _Usage(f"{args.file}: no readable requests")
+        raise UsageError(f"{args.file}: no readable requests")
     return trace
 
 
@@ -149,17 +140,5 @@ def _run(argv: list[str]) -> int:
 
 
 def main_trace(argv: list[str]) -> int:
-    """Run `agentload trace ...`; bad input is one line on stderr and exit 2."""
-    from workload.plan.traces import TraceError
-
-    try:
-        return _run(argv)
-    except (_Usage, TraceError) as e:
-        print(f"agentload: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except ValueError as e:  # e.g. a fit of a one-request trace
-        print(f"agentload: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except OSError as e:
-        print(f"agentload: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    """Run `agentload trace ...` (bad input raises: one line and exit 2 at the edge)."""
+    return _run(argv)

@@ -13,7 +13,7 @@ Write your own locustfile around agentload's sessions::
 Import the module, not the class name, so Locust does not also pick up
 `AgentUser` itself from your module's globals.
 
-The names below load on first use, so `workload.locust.command` (argv
+The names below load on first use, so `workload.orchestrate.child_argv` (argv
 building, used by the CLI) can be imported without importing locust.
 """
 

@@ -13,7 +13,8 @@ import contextlib
 import os
 import sys
 
-from workload.errors import EXIT_SIGINT, READY_FD_ENV
+from workload.errors import EXIT_SIGINT
+from workload.stopping import READY_FD_ENV
 
 
 def main() -> int:

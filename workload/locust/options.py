@@ -1,8 +1,10 @@
 """agentload's options on Locust's command line (and in the web UI start form).
 
-The options are the run table (`workload.run.spec.OPTIONS`); this module only
-registers them on Locust's parser and reads a RunSpec back from Locust's
-parsed options. Plain `locust -f locustfiles/agents.py` accepts the same
+The options are the run table (`workload.run.options.OPTIONS`); this module only
+registers them on Locust's parser and reads a RunSpec back from Locust's parsed
+options: from the spec file `agentload run` wrote (`--agent-spec-file`), from the
+spec Locust's master sent a worker in its spawn message, or resolved from the
+options themselves under plain `locust -f`. Plain `locust -f locustfiles/agents.py` accepts the same
 options as `agentload run`. Locust already owns `--profile` (a run-grouping
 label), `--users`, `--spawn-rate`, `--run-time` and `--host`, so ours is
 `--agent-profile` and the rest come from Locust's own values.
@@ -13,7 +15,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from workload.run.spec import BY_NAME, OPTIONS, RunSpec, add_options, raw_values, resolve_spec
+from workload.run.options import BY_NAME, OPTIONS, add_options, raw_values
+from workload.run.spec import RunSpec, read_spec, resolve_spec
+
+# The attribute of Locust's parsed options that carries the master's spec to its workers
+# (Locust sends every custom option with each spawn message; it is on no command line).
+WORKER_SPEC = "agent_spec"
 
 # Options of the start form that re-resolve the run when changed there (out only names a directory).
 FORM_OPTIONS = tuple(o.name for o in OPTIONS if o.web and o.locust_flags and o.name != "out")
@@ -28,8 +35,8 @@ def add_arguments(parser: Any) -> None:
 def locust_values(opts: Any, host: str, workers: int) -> dict[str, Any]:
     """Raw run values from Locust's parsed options: ours, plus the ones Locust owns."""
     values = raw_values(opts)
-    values.pop("spec", None)
-    # agentload_run_time: Locust's --run-time, taken over (workload.locust.stopping)
+    values.pop("spec_file", None)
+    # agentload_run_time: Locust's --run-time, taken over (workload.locust.run_clock)
     run_time = getattr(opts, "agentload_run_time", None) or getattr(opts, "run_time", None)
     users = getattr(opts, "num_users", None)
     spawn = getattr(opts, "spawn_rate", None)
@@ -45,17 +52,21 @@ def locust_values(opts: Any, host: str, workers: int) -> dict[str, Any]:
 
 
 def spec_from_options(opts: Any, host: str, workers: int) -> RunSpec:
-    """The run described by Locust's options: the spec `agentload run` (or the master) sent,
-    else one resolved from the options themselves. Raises UsageError."""
-    text = getattr(opts, "agent_spec", "") or ""
-    if not text:
+    """The run described by Locust's options: the master's (a worker), the spec file
+    `agentload run` wrote, else one resolved from the options themselves. Raises UsageError."""
+    text = getattr(opts, WORKER_SPEC, "") or ""
+    path = getattr(opts, "agent_spec_file", "") or ""
+    if text:
+        spec = RunSpec.from_json(text)
+    elif path:
+        spec = read_spec(path)
+    else:
         return resolve_spec(locust_values(opts, host, workers))
-    spec = RunSpec.from_json(text)
     # Locust-only options given after `agentload run ... --` still apply.
     changes = {
         o.name: o.parse(getattr(opts, o.key))
         for o in OPTIONS
-        if not o.flags and o.locust_flags and o.name != "spec"
+        if not o.flags and o.locust_flags and o.name != "spec_file"
         and getattr(opts, o.key, o.default) not in (o.default, None)
     }  # fmt: skip
     return spec.replace(**changes) if changes else spec

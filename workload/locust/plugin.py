@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,8 @@ from typing import Any
 import gevent
 
 from workload import memtrace
-from workload.errors import EXIT_BAD_INPUT, AgentloadError
-from workload.locust import arrivals, health, stopping, warmup, webui
+from workload.errors import EXIT_BAD_INPUT, AgentloadError, print_error
+from workload.locust import health, open_loop, run_clock, signals, warmup, webui, workers
 from workload.locust import options as options_mod
 from workload.locust.runtime import MSG_TRACE_DONE, MSG_USER_DONE, AgentRuntime
 from workload.measure import artifacts
@@ -39,7 +38,7 @@ def register(events: Any) -> None:
 
 def _fail_setup(environment: Any, message: str) -> None:
     """One clear line, exit 2, keep whatever was measured."""
-    print(f"agentload: error: {message}", file=sys.stderr, flush=True)
+    print_error(message)
     runner = environment.runner
     if environment.web_ui is not None:
         # A bad profile or seed typed into the start form: stop this test, keep the UI up.
@@ -71,10 +70,10 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         webui.prefill_form(environment)
         webui.announce(environment)
     if role != "worker":
-        from workload.locust.shapes import install_shape
+        from workload.locust.load_shape import install_shape
 
         install_shape(environment)
-        stopping.take_over_run_time(environment)
+        run_clock.take_over_run_time(environment)
     health.register(environment)
 
 
@@ -100,7 +99,7 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
     from workload.locust.runtime import role_of
 
     role = role_of(environment)
-    stopping.install_signal_handlers(environment, role)
+    signals.install_signal_handlers(environment, role)
     try:
         spec = _spec_for(environment, role, previous)
     except AgentloadError as e:
@@ -116,11 +115,11 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
         if role == "worker":
             warmup.yield_to_loop()
         if role != "worker":
-            arrivals.stamp_t0(rt)
+            open_loop.stamp_t0(rt)
         if role == "master":
             # Workers receive the master's parsed options with each spawn message:
             # the spec (with the discovered model and max_model_len) is the one value we send.
-            opts.agent_spec = rt.spec.to_json()
+            setattr(opts, options_mod.WORKER_SPEC, rt.spec.to_json())
         if rt.role != "worker":
             Path(rt.out_dir).mkdir(parents=True, exist_ok=True)
             rt.start_observers()
@@ -141,13 +140,13 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
                         flush=True,
                     )
             if role == "master":
-                rt.watcher = stopping.watch_workers(environment, rt.started_wall)
+                rt.watcher = workers.watch_workers(environment, rt.started_wall)
             if environment.web_ui is not None:
                 webui.start_history(environment, rt)
-        rt.open_loop = arrivals.start_open_loop(rt)
+        rt.open_loop = open_loop.start_open_loop(rt)
         quiet_gc()
         if role != "worker":
-            stopping.start_run_clock(environment)  # the run's length counts from here
+            run_clock.start(environment, rt.spec.duration_s)  # the length counts from here
     except AgentloadError as e:
         _fail_setup(environment, str(e))
 
@@ -303,19 +302,17 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
     if rt.role == "worker":
         rt.close()
         return
-    stop = stopping.state_of(environment)
+    stop = signals.state_of(environment)
     if rt.planner is None:  # setup failed or never finished: nothing ran
         rt.close()
         if stop.signum is not None:
             environment.process_exit_code = stop.exit_code
         elif not environment.process_exit_code:
             # Set-up (probing the target, the tokenizer) outlasted the run: never exit 0 silently.
-            print(
-                f"agentload: error: set-up did not finish within the run's "
-                f"{rt.spec.duration_s:g}s (the target's /v1/models or /tokenize answered too "
-                "slowly); no traffic was sent: check the target or use a longer --duration",
-                file=sys.stderr,
-                flush=True,
+            print_error(
+                f"set-up did not finish within the run's {rt.spec.duration_s:g}s (the "
+                "target's /v1/models or /tokenize answered too slowly); no traffic was sent: "
+                "check the target or use a longer --duration"
             )
             environment.process_exit_code = EXIT_BAD_INPUT
         return
@@ -351,7 +348,7 @@ _DEFERRED: list[AgentRuntime] = []
 def _under_agentload_run(rt: AgentRuntime) -> bool:
     """`agentload run` hands Locust the resolved spec; plain `locust -f` does not (spec.argv
     is set either way: plain Locust records its own command line)."""
-    return bool(getattr(getattr(rt.env, "parsed_options", None), "agent_spec", ""))
+    return bool(getattr(getattr(rt.env, "parsed_options", None), "agent_spec_file", ""))
 
 
 def _locust_request_count(rt: AgentRuntime) -> int | None:
@@ -370,7 +367,7 @@ def _finish(rt: AgentRuntime) -> int:
     rt.finalized = True
     rt.stop_observers()
     rt.ended_iso = rt.ended_iso or artifacts.iso_now()
-    stop = stopping.state_of(rt.env)
+    stop = signals.state_of(rt.env)
     stop.finishing = True
     m = rt.measured()
     m.stop_signal = stop.signum

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -76,8 +75,8 @@ class AgentRuntime:
         self.target: dict[str, Any] = {}
         self.class_table: list[tuple[str, float, int | None]] = []
         self.progress: Any = None  # headless progress-line greenlet
-        self.open_loop: Any = None  # workload.locust.arrivals.OpenLoop on local / worker
-        self.watcher: Any = None  # master: the lost-worker watch (workload.locust.stopping)
+        self.open_loop: Any = None  # workload.locust.open_loop.OpenLoop on local / worker
+        self.watcher: Any = None  # master: the lost-worker watch (workload.locust.workers)
         self.last_line = ""  # the console's last line, once the summary is written
         self.health: Any = None  # workload.locust.health.GeneratorHealth while a test runs
         # the users' work between requests waits for every ready socket to be read
@@ -116,11 +115,11 @@ class AgentRuntime:
     # ---- preparation -------------------------------------------------------------------------
     def prepare(self) -> None:
         """Find the model, build planner and client. Raises SetupError."""
-        from workload.errors import ProfileError
+        from workload.errors import ProfileError, TokenizerUnavailable
         from workload.measure.client import Client
         from workload.measure.stats import Aggregate
         from workload.plan.sessions import SessionPlanner
-        from workload.plan.tokens import TokenizerUnavailable, get_tokenizer
+        from workload.plan.tokens import get_tokenizer
 
         spec = self.spec
         host = (self.env.host or spec.host or "").rstrip("/")
@@ -313,7 +312,3 @@ def gevent_spawn(fn) -> None:  # type: ignore[no-untyped-def]
     import gevent
 
     gevent.spawn_later(0.05, fn)
-
-
-def argv_string() -> str:
-    return " ".join(sys.argv)

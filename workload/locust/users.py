@@ -91,7 +91,9 @@ class AgentUser(User):
         if rt is None or rt.planner is None:
             raise StopUser()
         if self.traffic_class is None:
-            gevent.sleep(1.0)  # sessions start by their arrival schedule (workload.locust.arrivals)
+            gevent.sleep(
+                1.0
+            )  # sessions start by their arrival schedule (workload.locust.open_loop)
             return
         limit = rt.spec.sessions_per_user
         if limit and self.session_index >= limit:
@@ -108,7 +110,7 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
 
     The work between requests runs when `rt.pacer` admits it (workload.locust.pacing).
 
-    ``arrival`` (open loop: a ``workload.locust.arrivals.Arrival``) adds its scheduled start.
+    ``arrival`` (open loop: a ``workload.locust.open_loop.Arrival``) adds its scheduled start.
     """
     srec = SessionRecord(
         run_id=rt.run_id,

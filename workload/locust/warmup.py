@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 log = logging.getLogger("agentload")
 
@@ -60,9 +61,15 @@ def tokenizer_choice(argv: list[str]) -> str:
     """The run's tokenizer ("tiktoken" or "server") as the command line gives it."""
     choice = ""
     for i, arg in enumerate(argv):
-        if arg.startswith("--agent-spec="):
-            with contextlib.suppress(ValueError, AttributeError):
-                choice = str(json.loads(arg.partition("=")[2]).get("tokenizer") or choice)
+        spec_file = ""
+        if arg == "--agent-spec-file" and i + 1 < len(argv):
+            spec_file = argv[i + 1]
+        elif arg.startswith("--agent-spec-file="):
+            spec_file = arg.partition("=")[2]
+        if spec_file:  # a small file agentload wrote; a bad one is test_start's to report
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                spec = json.loads(Path(spec_file).read_text(encoding="utf-8"))
+                choice = str(spec.get("tokenizer") or choice)
         elif arg == "--tokenizer" and i + 1 < len(argv):
             choice = argv[i + 1]
         elif arg.startswith("--tokenizer="):

@@ -41,6 +41,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workload.errors import ArrivalError
 from workload.plan.prompts import stable_key
 
 PROCESSES = ("poisson", "gamma", "constant")
@@ -50,10 +51,6 @@ MAX_CV = 20.0  # gamma shape 1/400: already almost all gaps ~0 with rare huge on
 MAX_IN_FLIGHT = 1_000_000
 CHUNK = 4096  # draws per batch: fixed so the stream never depends on the horizon
 MAX_SESSIONS = 20_000_000  # a schedule longer than this is a mistake, not a test
-
-
-class ArrivalError(ValueError):
-    """A bad arrival setting; the message is one line meant for the user."""
 
 
 # ---------------------------------------------------------------- parsing

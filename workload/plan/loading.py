@@ -25,10 +25,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from workload.errors import ProfileError
+from workload.errors import ProfileError, ProfileTextError
 from workload.plan.profile import SCHEMA_VERSION, Profile
 from workload.plan.profile_errors import located_errors
-from workload.plan.yamlread import YAMLLimitError, decode, read_yaml_text
+from workload.plan.yamlread import decode, read_yaml_text
 
 # Where each value came from: key path -> "file:line" or "--set path=value".
 Origins = dict[tuple[str, ...], str]
@@ -119,7 +119,7 @@ def _read_raw(path: Path, origins: Origins | None = None) -> dict[str, Any]:
         raise ProfileError([f"{label}: cannot read ({e.strerror})"]) from None
     try:
         raw, lines = read_yaml_text(decode(data))
-    except YAMLLimitError as e:
+    except ProfileTextError as e:
         raise ProfileError([f"{label}: {e}"]) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -225,7 +225,7 @@ def apply_overrides(
             continue
         try:
             value = read_yaml_text(text)[0] if text.strip() else ""
-        except YAMLLimitError as e:
+        except ProfileTextError as e:
             problems.append(f"--set {ov}: {e}")
             continue
         except yaml.YAMLError:

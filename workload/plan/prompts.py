@@ -24,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from workload.errors import TokenizerUnavailable
 from workload.plan import diskcache
-from workload.plan.tokens import Tokenizer, TokenizerUnavailable
+from workload.plan.tokens import Tokenizer
 
 POOL_PIECES = 1 << 17  # ~0.9 MB of text: most prompts are one slice
 HEADER_WORDS = 4

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workload.errors import StageError
 from workload.plan.arrivals import one_line_error, parse_rate
 
 MAX_STAGES = 1000
@@ -35,10 +36,6 @@ MAX_TOTAL_S = 30 * 86_400.0  # a month: longer is a typo, not a load test
 MAX_USERS = 1_000_000
 
 Dimension = Literal["users", "arrival_rate"]
-
-
-class StageError(ValueError):
-    """Bad load stages, or a time outside them; the message is one line for the user."""
 
 
 class Stage(BaseModel):

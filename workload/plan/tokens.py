@@ -13,6 +13,8 @@ import json
 import urllib.request
 from typing import Protocol
 
+from workload.errors import TokenizerUnavailable
+
 
 class Tokenizer(Protocol):
     name: str
@@ -22,10 +24,6 @@ class Tokenizer(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
     def count(self, text: str) -> int: ...
-
-
-class TokenizerUnavailable(RuntimeError):
-    """The requested tokenizer cannot be loaded here (one-line reason in str())."""
 
 
 @functools.lru_cache(maxsize=4)

@@ -11,7 +11,7 @@ hang or exhaust the machine before building any Python object:
 * bytes that are not UTF-8 text.
 
 ``read_yaml_text`` returns the data and ``{key path: line}`` so validation errors can name
-the line a value came from. Every refusal is a :class:`YAMLLimitError` with one line.
+the line a value came from. Every refusal is a :class:`ProfileTextError` with one line.
 """
 
 from __future__ import annotations
@@ -22,16 +22,14 @@ import yaml
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from workload.errors import ProfileTextError
+
 MAX_BYTES = 1 << 20
 MAX_ALIASES = 100
 MAX_DEPTH = 64
 MAX_NODES = 100_000
 
 Lines = dict[tuple[str, ...], int]
-
-
-class YAMLLimitError(ValueError):
-    """The text is not a YAML document this reader accepts (one line, with a line number)."""
 
 
 class _Loader(yaml.SafeLoader):
@@ -47,7 +45,7 @@ class _Loader(yaml.SafeLoader):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
                 mark = self.peek_event().start_mark
-                raise YAMLLimitError(
+                raise ProfileTextError(
                     f"line {mark.line + 1}: more than {MAX_ALIASES} YAML aliases (refused: "
                     "alias expansion can exhaust memory)"
                 )
@@ -55,21 +53,23 @@ class _Loader(yaml.SafeLoader):
         try:
             if self._depth > MAX_DEPTH:
                 mark = self.peek_event().start_mark
-                raise YAMLLimitError(f"line {mark.line + 1}: nested deeper than {MAX_DEPTH} levels")
+                raise ProfileTextError(
+                    f"line {mark.line + 1}: nested deeper than {MAX_DEPTH} levels"
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 
 
 def decode(data: bytes) -> str:
-    """UTF-8 text of ``data`` (a BOM is dropped); YAMLLimitError naming the first bad byte."""
+    """UTF-8 text of ``data`` (a BOM is dropped); ProfileTextError naming the first bad byte."""
     if len(data) > MAX_BYTES:
-        raise YAMLLimitError(f"larger than {MAX_BYTES // 1024} KiB (a profile is a few kB)")
+        raise ProfileTextError(f"larger than {MAX_BYTES // 1024} KiB (a profile is a few kB)")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise YAMLLimitError(
+        raise ProfileTextError(
             f"line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
         ) from None
 
@@ -77,16 +77,16 @@ def decode(data: bytes) -> str:
 def read_yaml_text(text: str) -> tuple[Any, Lines]:
     """Parse one YAML document within the limits; return (data, {key path: 1-based line}).
 
-    Raises YAMLLimitError for a limit and yaml.YAMLError for a syntax error.
+    Raises ProfileTextError for a limit and yaml.YAMLError for a syntax error.
     """
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
-        raise YAMLLimitError(f"larger than {MAX_BYTES // 1024} KiB (a profile is a few kB)")
+        raise ProfileTextError(f"larger than {MAX_BYTES // 1024} KiB (a profile is a few kB)")
     loader = _Loader(text)
     try:
         try:
             node = loader.get_single_node()
         except RecursionError:
-            raise YAMLLimitError(f"nested deeper than {MAX_DEPTH} levels") from None
+            raise ProfileTextError(f"nested deeper than {MAX_DEPTH} levels") from None
         if node is None:
             return None, {}
         lines: Lines = {}
@@ -100,7 +100,7 @@ def _walk(node: Node, path: tuple[str, ...], lines: Lines, count: list[int]) -> 
     """Record key lines; count nodes with aliases expanded so a bomb stops here, early."""
     count[0] += 1
     if count[0] > MAX_NODES:
-        raise YAMLLimitError(
+        raise ProfileTextError(
             f"line {node.start_mark.line + 1}: expands to more than {MAX_NODES} YAML nodes "
             "(an alias bomb?)"
         )

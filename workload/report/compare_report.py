@@ -13,8 +13,8 @@ from workload.analyze.catalogue import (
     VERDICT_WORSE,
     MetricDiff,
 )
+from workload.analyze.comparison import Comparison
 from workload.analyze.render import fmt_change, fmt_threshold, fmt_value, headline
-from workload.analyze.verdict import Comparison
 from workload.report.run_charts import run_charts
 from workload.report.views import (
     SUMMARY_COLUMNS,

@@ -17,6 +17,7 @@ from workload import __version__
 from workload.analyze.rundata import RunData
 
 _HERE = Path(__file__).parent
+TEMPLATES_DIR = _HERE / "templates"  # the chart macros other pages import
 
 
 def run_summary(data: RunData) -> dict[str, Any]:

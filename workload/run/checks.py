@@ -18,7 +18,9 @@ from pathlib import Path
 from workload.errors import UsageError
 
 # What a run directory holds (docs/artifacts.md); `--overwrite` removes exactly these.
-RUN_FILES = ("run.json", "stats.json", "junit.xml", "report.html", "metrics.jsonl")
+RUN_FILES = (
+    "run.json", "stats.json", "junit.xml", "report.html", "metrics.jsonl", "spec.json"
+)  # fmt: skip
 RUN_GLOBS = ("requests*.jsonl", "sessions*.jsonl")
 WORKERS_PER_CPU = 4
 
@@ -31,11 +33,13 @@ def run_files(out: Path) -> list[Path]:
     return found
 
 
-def check_out_dir(out: str | Path, *, overwrite: bool = False) -> Path:
+def check_out_dir(out: str | Path, *, overwrite: bool = False, create: bool = True) -> Path:
     """`out` as a directory this run can write, created if needed. Raises UsageError.
 
     With `overwrite`, the artifacts of the run it holds are removed (nothing else is);
     without, a directory that holds a run is refused (appending would mix two runs).
+    With `create=False` only what can be known without creating it is checked (so a run
+    that never starts leaves no empty directory behind).
     """
     out = Path(out)
     for parent in [out, *out.parents]:
@@ -49,6 +53,8 @@ def check_out_dir(out: str | Path, *, overwrite: bool = False) -> Path:
                 f"--out {out} already holds a run ({old[0].name}); choose another directory "
                 "or pass --overwrite to replace it"
             )
+    if not create:
+        return out
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".agentload-write-test-{os.getpid()}"

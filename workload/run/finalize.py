@@ -15,15 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workload.errors import (
-    EXIT_BAD_INPUT,
-    EXIT_ERRORS,
-    EXIT_OK,
-    EXIT_PARTIAL,
-    EXIT_SLO,
-    exit_code_for_signal,
-)
+from workload.errors import EXIT_BAD_INPUT, EXIT_ERRORS, EXIT_OK, EXIT_PARTIAL, EXIT_SLO
 from workload.measure import artifacts
+from workload.stopping import exit_code_for_signal
 
 log = logging.getLogger("agentload")
 

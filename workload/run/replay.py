@@ -25,13 +25,12 @@ from workload.measure import artifacts
 from workload.plan.traces import (
     ContextFit,
     Trace,
-    TraceError,
     TraceRequest,
     fit_to_context,
     hit_ratio,
-    read_trace,
     schedule,
 )
+from workload.run.spec import RunSpec, read_run_trace
 
 
 @dataclass(frozen=True)
@@ -43,32 +42,21 @@ class Replay:
     fit: ContextFit
 
 
-def read_run_trace(path: str, fmt: str, limit: int | None, on_bad_line: str) -> Trace:
-    """The trace file as `--trace` options name it; UsageError (file:line) when unreadable."""
-    try:
-        trace = read_trace(path, fmt or "auto", limit=limit, on_bad_line=on_bad_line)  # type: ignore[arg-type]
-    except TraceError as e:
-        raise UsageError(f"--trace: {e}") from None
-    except ValueError as e:
-        raise UsageError(f"--trace: {e}") from None
-    if not trace.requests:
-        raise UsageError(f"--trace {path}: no readable requests")
-    return trace
-
-
-def trace_note(spec: Any) -> str:
+def trace_note(spec: RunSpec) -> str:
     """One line about the trace a resolved spec will replay (bad lines skipped included)."""
-    info = spec.trace_info or {}
+    info = spec.trace_info
+    if info is None:
+        return f"agentload: replaying {spec.trace}"
     line = (
-        f"agentload: replaying {info.get('requests')} requests of {spec.trace} "
-        f"({info.get('format')}, span {info.get('span_s', 0):.1f}s at speedup {spec.speedup:g})"
+        f"agentload: replaying {info.requests} requests of {spec.trace} "
+        f"({info.format}, span {info.span_s:.1f}s at speedup {spec.speedup:g})"
     )
-    if info.get("bad_lines"):
-        line += f"; skipped {info['bad_lines']} bad line(s), first {info.get('first_bad_line')}"
+    if info.bad_lines:
+        line += f"; skipped {info.bad_lines} bad line(s), first {info.first_bad_line}"
     return line
 
 
-def load_replay(spec: Any, max_model_len: int | None = None) -> Replay:
+def load_replay(spec: RunSpec, max_model_len: int | None = None) -> Replay:
     """The replay plan of a spec with --trace (see the module docstring). Raises UsageError."""
     trace = read_run_trace(spec.trace, spec.trace_format, spec.trace_limit, spec.on_bad_line)
     timed = schedule(trace, speedup=spec.speedup)
@@ -76,7 +64,7 @@ def load_replay(spec: Any, max_model_len: int | None = None) -> Replay:
     return Replay(trace, reqs, fit)
 
 
-def check_context(spec: Any, max_model_len: int | None) -> ContextFit:
+def check_context(spec: RunSpec, max_model_len: int | None) -> ContextFit:
     """Before the run: refuse a trace with too-long requests unless --trace-clip (UsageError)."""
     trace = read_run_trace(spec.trace, spec.trace_format, spec.trace_limit, spec.on_bad_line)
     _, fit = fit_to_context(trace.requests, max_model_len, clip=spec.trace_clip)
@@ -89,7 +77,7 @@ def check_context(spec: Any, max_model_len: int | None) -> ContextFit:
     return fit
 
 
-def replay_for_process(spec: Any) -> Replay:
+def replay_for_process(spec: RunSpec) -> Replay:
     """Inside a Locust process: the plan against the discovered max_model_len (SetupError)."""
     try:
         rp = load_replay(spec, spec.max_model_len)
@@ -115,7 +103,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def trace_summary(
-    spec: Any,
+    spec: RunSpec,
     rows: Iterable[Mapping[str, Any]],
     *,
     fingerprint: Mapping[str, Any],

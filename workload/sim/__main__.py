@@ -12,21 +12,13 @@ import contextlib
 import signal
 import sys
 
-from workload.sim.config import PRESETS, ConfigError, build_config
-
-
-class _ArgError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise _ArgError(message)
+from workload.errors import ArgParser, UsageError, run_edge
+from workload.sim.config import PRESETS, build_config
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (shared with `agentload sim`)."""
-    p = _Parser(
+    p = ArgParser(
         prog="agentload sim",
         description="Embedded vLLM simulator (OpenAI-compatible HTTP on 127.0.0.1).",
     )
@@ -107,28 +99,28 @@ async def _serve(cfg, host: str, port: int, seed: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse args, build the config, serve; bad arguments -> one line on stderr, exit 2."""
-    try:
-        args = build_parser().parse_args(argv)
-        if args.list_presets:
-            for name, (desc, _) in PRESETS.items():
-                print(f"{name:14} {desc}")
-            return 0
-        cfg = build_config(
-            args.preset,
-            args.set,
-            args.fault,
-            ttft_scale=args.ttft_scale,
-            itl_scale=args.itl_scale,
-            model=args.model,
-            max_model_len=args.max_model_len,
-        )
-        if args.model:
-            cfg.model_root = args.model
-        if not 0 <= args.port <= 65535:
-            raise _ArgError(f"--port must be in 0..65535, got {args.port}")
-    except (_ArgError, ConfigError) as e:
-        print(f"agentload sim: error: {e}", file=sys.stderr)
-        return 2
+    return run_edge(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list_presets:
+        for name, (desc, _) in PRESETS.items():
+            print(f"{name:14} {desc}")
+        return 0
+    cfg = build_config(
+        args.preset,
+        args.set,
+        args.fault,
+        ttft_scale=args.ttft_scale,
+        itl_scale=args.itl_scale,
+        model=args.model,
+        max_model_len=args.max_model_len,
+    )
+    if args.model:
+        cfg.model_root = args.model
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be in 0..65535, got {args.port}")
     from workload import memtrace
 
     memtrace.start_from_env("sim")  # AGENTLOAD_TRACEMALLOC=path (soak diagnostics; off: no-op)

@@ -13,13 +13,11 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 
+from workload.errors import SimConfigError
+
 FAULT_KINDS = ("429", "500", "503", "reset", "malformed", "stall", "slow")
 SCHEDULING_POLICIES = ("fcfs", "priority")
 SPEC_METRICS_MODES = ("none", "summary", "detailed")
-
-
-class ConfigError(ValueError):
-    """Bad preset, `--set` or `--fault` value (one-line message in str())."""
 
 
 @dataclass
@@ -90,7 +88,7 @@ class SimConfig:
         return f"vllm-{self.version}-{hashlib.sha256(repr(ident).encode()).hexdigest()[:8]}"
 
     def validate(self) -> None:
-        """Raise ConfigError on values the engine cannot run with."""
+        """Raise SimConfigError on values the engine cannot run with."""
         problems = []
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             problems.append(f"scheduling_policy must be one of {SCHEDULING_POLICIES}")
@@ -119,7 +117,7 @@ class SimConfig:
         if sum(self.faults.values()) > 1.0:
             problems.append("fault rates add up to more than 1")
         if problems:
-            raise ConfigError("; ".join(problems))
+            raise SimConfigError("; ".join(problems))
 
 
 PRESETS: dict[str, tuple[str, dict[str, object]]] = {
@@ -174,7 +172,9 @@ PRESETS: dict[str, tuple[str, dict[str, object]]] = {
 def _coerce(name: str, raw: str) -> object:
     fields = {f.name: f for f in dataclasses.fields(SimConfig)}
     if name not in fields or name in ("faults", "preset"):
-        raise ConfigError(f"unknown setting {name!r}; see the README section 'Embedded simulator'")
+        raise SimConfigError(
+            f"unknown setting {name!r}; see the README section 'Embedded simulator'"
+        )
     kind = fields[name].type
     try:
         if kind == "bool":
@@ -187,17 +187,17 @@ def _coerce(name: str, raw: str) -> object:
         if kind == "float":
             return float(raw)
     except ValueError:
-        raise ConfigError(f"setting {name}: {raw!r} is not a valid {kind}") from None
+        raise SimConfigError(f"setting {name}: {raw!r} is not a valid {kind}") from None
     return raw
 
 
 def parse_assignments(items: list[str], flag: str) -> list[tuple[str, str]]:
-    """Split 'key=value' items; ConfigError names the flag on a bad one."""
+    """Split 'key=value' items; SimConfigError names the flag on a bad one."""
     out = []
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"{flag} expects key=value, got {item!r}")
+            raise SimConfigError(f"{flag} expects key=value, got {item!r}")
         out.append((key.strip(), value.strip()))
     return out
 
@@ -210,7 +210,7 @@ def build_config(
 ) -> SimConfig:
     """Resolve preset -> `--set` overrides -> `--fault` rates -> keyword overrides; validate."""
     if preset not in PRESETS:
-        raise ConfigError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+        raise SimConfigError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
     cfg = SimConfig(preset=preset)
     for key, value in PRESETS[preset][1].items():
         setattr(cfg, key, value)
@@ -219,11 +219,11 @@ def build_config(
     fault_rates = dict(cfg.faults)
     for kind, raw in parse_assignments(list(faults), "--fault"):
         if kind not in FAULT_KINDS:
-            raise ConfigError(f"unknown fault kind {kind!r}; kinds: {', '.join(FAULT_KINDS)}")
+            raise SimConfigError(f"unknown fault kind {kind!r}; kinds: {', '.join(FAULT_KINDS)}")
         try:
             fault_rates[kind] = float(raw)
         except ValueError:
-            raise ConfigError(f"--fault {kind}: rate {raw!r} is not a number") from None
+            raise SimConfigError(f"--fault {kind}: rate {raw!r} is not a number") from None
     cfg.faults = fault_rates
     for key, value in overrides.items():
         if value is not None:

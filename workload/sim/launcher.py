@@ -19,14 +19,11 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from workload.procs import die_with_parent, stop_child
+from workload.errors import SimStartError
+from workload.stopping import die_with_parent, stop_child
 
 _READY = re.compile(r"agentload-sim listening on (http://\S+)")
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
-
-
-class SimStartError(RuntimeError):
-    """The simulator did not come up (one-line reason, with its last stderr line)."""
 
 
 class SimProcess:

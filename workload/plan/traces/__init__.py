@@ -1,5 +1,6 @@
 """Real traces: read (Mooncake, Azure, run requests), replay timing, prompts, hit ratios, fit, export."""
 
+from workload.errors import TraceError
 from workload.plan.traces._blocks import BlockSynth, HitRatio, hit_ratio
 from workload.plan.traces._export import BlockHasher, ExportResult, export_run
 from workload.plan.traces._fit import fit_profile, shared_prefix_blocks, summarize
@@ -8,7 +9,6 @@ from workload.plan.traces._read import (
     FORMATS,
     BadLine,
     Trace,
-    TraceError,
     TraceRequest,
     detect_format,
     parse_azure_timestamp,

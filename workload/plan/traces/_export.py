@@ -28,12 +28,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from workload.errors import TokenizerUnavailable, TraceError
 from workload.measure.artifacts import read_json
 from workload.measure.records import RequestRecord
 from workload.plan.loading import ProfileError, validate_profile
 from workload.plan.sessions import SessionPlanner
-from workload.plan.tokens import Tokenizer, TokenizerUnavailable, get_tokenizer
-from workload.plan.traces._read import BLOCK_TOKENS, TraceError
+from workload.plan.tokens import Tokenizer, get_tokenizer
+from workload.plan.traces._read import BLOCK_TOKENS
 
 _SESSION_ID = re.compile(r"^(?P<cls>.+)-u(?P<u>\d+)-s(?P<s>\d+)-[0-9a-f]{8}$")
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from workload.errors import TraceError
 from workload.plan.loading import validate_profile
 from workload.plan.traces._blocks import hit_ratio
 from workload.plan.traces._read import Trace
@@ -93,7 +94,7 @@ def _hist(values: list[int], lo: int) -> dict[str, Any]:
 def fit_profile(trace: Trace, *, name: str = "trace", seed: int = 1) -> dict[str, Any]:
     """A profile dict (validated) whose traffic matches the trace's sizes, rate and prefix reuse."""
     if len(trace.requests) < 2:
-        raise ValueError("a trace needs at least 2 requests to fit arrivals")
+        raise TraceError("a trace needs at least 2 requests to fit arrivals")
     s = summarize(trace)
     rate = s["rate_rps"] or 1.0
     cv = s["interarrival_cv"] or 1.0

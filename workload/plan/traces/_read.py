@@ -36,13 +36,11 @@ from typing import Any, Literal
 
 import orjson
 
+from workload.errors import TraceError
+
 BLOCK_TOKENS = 512  # Mooncake block size (tokens per hash id)
 FORMATS = ("mooncake", "azure", "requests", "agentload")
 OnBadLine = Literal["skip", "stop"]
-
-
-class TraceError(ValueError):
-    """A trace cannot be read (one line: file:line: reason)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from workload.errors import CapacityError
 from workload.measure.slo import parse_percentile, parse_slo_key
 
 Dimension = Literal["users", "arrival_rate"]
@@ -41,10 +42,6 @@ TAIL_SAMPLES = 10  # samples wanted beyond a quantile for it to mean something
 MAX_FACTOR = 100.0
 MAX_STEPS = 100
 StopReason = Literal["min_failed", "max_passed", "precision", "max_steps"]
-
-
-class CapacityError(ValueError):
-    """Bad capacity-search settings; the message is one line for the user."""
 
 
 # ---------------------------------------------------------------- sample sufficiency

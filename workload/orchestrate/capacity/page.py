@@ -14,9 +14,9 @@ from typing import Any
 import jinja2
 
 from workload.report.charts import PALETTE, Series, line_chart
+from workload.report.views import TEMPLATES_DIR as _TEMPLATES
 from workload.report.views import fmt_ms, fmt_num, fmt_pct
 
-_TEMPLATES = Path(__file__).parent / "templates"
 KNEE, FAIL = "#000000", "#999999"  # apart from the series colours
 
 _PAGE = """<!doctype html>

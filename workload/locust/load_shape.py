@@ -6,7 +6,7 @@ When the run's profile has ``run.stages``, ``install_shape`` sets the Environmen
 - users stages: ``tick()`` returns the stage's user count (following ramps second by
   second) with a spawn rate high enough to reach each tick's level within the tick;
 - arrival_rate stages: the arrival drivers follow the rate curve themselves
-  (``workload.locust.arrivals``); the shape holds the closed-loop users steady and keeps
+  (``workload.locust.open_loop``); the shape holds the closed-loop users steady and keeps
   the run alive for the stages' total duration.
 
 ``tick()`` returns None once the stages are over: Locust then stops (headless: quits).

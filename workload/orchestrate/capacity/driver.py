@@ -31,14 +31,14 @@ from workload.measure import artifacts
 from workload.measure.records import RequestRecord, SessionRecord
 from workload.measure.slo import OVERALL, evaluate_slos, parse_slo_key
 from workload.measure.stats import Aggregate
-from workload.procs import stop_child
-from workload.run.capacity import (
+from workload.orchestrate.capacity.search import (
     CapacityResult,
     SearchSpec,
     StepResult,
     capacity_search,
     clearly_broken,
 )
+from workload.stopping import stop_child
 
 POLL_S = 1.0
 EARLY_STOP_SAMPLES = 20  # a step this far past an SLO on this many samples will not recover
@@ -243,8 +243,8 @@ class CapacityDriver:
 
 def write_outputs(out: Path, result: Mapping[str, Any]) -> str:
     """capacity.json and capacity.html in ``out``; returns the console table."""
-    from workload.report.capacity_page import write_capacity_page
-    from workload.report.capacity_text import capacity_table
+    from workload.orchestrate.capacity.page import write_capacity_page
+    from workload.orchestrate.capacity.text import capacity_table
 
     artifacts.write_json(out / "capacity.json", dict(result))
     write_capacity_page(out / "capacity.html", result)

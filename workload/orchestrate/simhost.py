@@ -10,7 +10,8 @@ from workload.errors import UsageError
 def start_embedded_sim(spec: Any, note: str = "") -> tuple[Any, Any]:
     """Start the simulator the spec asks for; returns (the running SimProcess, the spec
     pointed at it). The caller stops it (``sim.stop()``). Raises UsageError (one line)."""
-    from workload.sim.launcher import SimProcess, SimStartError
+    from workload.errors import SimStartError
+    from workload.sim.launcher import SimProcess
 
     sim = SimProcess(preset=spec.sim_preset, faults=list(spec.sim_faults), sets=list(spec.sim_sets))
     try:

@@ -4,30 +4,29 @@ Flags: the `agentload run` option table (`--host`, `--profile`, `--slo`, `--seed
 `--sim-*` ...; not `--users`/`--duration`/`--web`, which the search sets per step) plus the
 search's own. Without --host the embedded simulator starts once and stays warm for every
 step. Each step is an `agentload run` at one load (Locust, the same RunSpec), written to
-`<out>/steps/NN`; `workload.run.capacity_run` judges its measurement window.
+`<out>/steps/NN`; `workload.orchestrate.capacity.driver` judges its measurement window.
 
 Exit codes: 0 a capacity was found, 3 even --min fails its SLOs, 2 bad input.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
-from workload.errors import EXIT_OK, EXIT_SLO, SetupError, UsageError
+from workload.errors import EXIT_OK, EXIT_SLO, ArgParser, SetupError, UsageError
 from workload.measure import artifacts
 from workload.measure.slo import validate_slos
-from workload.run.capacity import CapacityError, samples_needed_for, search_spec
-from workload.run.spec import (
-    OPTIONS,
-    ArgParser,
-    RunSpec,
-    add_options,
-    parse_duration,
-    raw_values,
-    resolve_spec,
-)
+from workload.orchestrate.capacity.driver import CapacityDriver, write_outputs
+from workload.orchestrate.capacity.search import SearchSpec, samples_needed_for, search_spec
+from workload.orchestrate.locust_child import locust_argv
+from workload.orchestrate.preflight import preflight
+from workload.orchestrate.simhost import start_embedded_sim
+from workload.plan.arrivals import ArrivalSpec, arrival_spec
+from workload.run.options import OPTIONS, add_options, parse_duration, raw_values
+from workload.run.spec import RunSpec, apply_arrival, resolve_spec, with_arrival, write_spec
+from workload.stopping import die_with_parent
 
 # Set per step by the search, or meaningless for it.
 _NOT_HERE = ("users", "duration_s", "web", "web_port", "spawn_rate", "sessions_per_user")
@@ -88,11 +87,8 @@ def _seconds(text: str, flag: str) -> float:
         raise UsageError(f"bad {flag} {text!r}: use e.g. 10s, 1m") from None
 
 
-def main_capacity(argv: list[str], *, preflight: Callable[[RunSpec], None]) -> int:
-    """Parse, check, search, write capacity.json / capacity.html; the exit code.
-
-    ``preflight`` checks the target and the profile's fit, as before `agentload run`.
-    """
+def main_capacity(argv: list[str]) -> int:
+    """Parse, check, search, write capacity.json / capacity.html; the exit code."""
     args = build_parser().parse_args(argv)
     values = raw_values(args)
     values["argv"] = " ".join(["agentload", "capacity", *argv])
@@ -105,13 +101,12 @@ def main_capacity(argv: list[str], *, preflight: Callable[[RunSpec], None]) -> i
     problems = validate_slos(slos)
     if problems:
         raise UsageError(problems[0])
-    try:
-        search = search_spec(
-            args.dimension, args.min_load, args.max_load, factor=args.factor,
-            precision=args.precision, quantile=None, max_steps=args.max_steps,
-        )  # fmt: skip
-    except CapacityError as e:
-        raise UsageError(str(e)) from None
+    search = search_spec(
+        args.dimension, args.min_load, args.max_load, factor=args.factor,
+        precision=args.precision, quantile=None, max_steps=args.max_steps,
+    )  # fmt: skip
+    if args.dimension == "arrival_rate":  # every step's profile is this one at another rate
+        apply_arrival(spec.profile, {"arrival_rate": search.min_load, "arrival": spec.arrival})
     need = max(samples_needed_for(s) for s in slos.values())
     run_id = artifacts.new_run_id()
     out = Path(spec.out) if spec.out else artifacts.default_out_dir(f"capacity-{run_id}")
@@ -119,17 +114,20 @@ def main_capacity(argv: list[str], *, preflight: Callable[[RunSpec], None]) -> i
         raise UsageError(f"--out {out} already holds a capacity search; choose another directory")
     out.mkdir(parents=True, exist_ok=True)
     spec = spec.replace(out=str(out), run_id=run_id)
-    return _search(spec, search, slos, warmup, window, need, preflight)
+    return _search(spec, search, slos, warmup, window, need)
 
 
-def _search(spec, search, slos, warmup, window, need, preflight) -> int:  # type: ignore[no-untyped-def]
-    from workload.run.capacity_run import CapacityDriver, write_outputs
-
+def _search(
+    spec: RunSpec,
+    search: SearchSpec,
+    slos: dict[str, dict[str, float]],
+    warmup: float,
+    window: float,
+    need: int,
+) -> int:
     sim = None
     try:
         if not spec.host:
-            from workload.run.simhost import start_embedded_sim
-
             sim, spec = start_embedded_sim(spec, note="; it stays up for every step")
         preflight(spec)
         driver = CapacityDriver(
@@ -159,22 +157,21 @@ def _search(spec, search, slos, warmup, window, need, preflight) -> int:  # type
 
 def _start_step(
     spec: RunSpec, load: float, out: Path, duration_s: float, dimension: str = "users"
-) -> subprocess.Popen:
-    """One bounded `agentload run` at this load, as a Locust child (like cmd_run's): `load`
-    closed-loop users, or (dimension arrival_rate) sessions per second started open loop."""
-    import os
-
-    from workload.locust.command import locust_argv
-    from workload.procs import die_with_parent
-    from workload.run.spec import apply_arrival
-
+) -> subprocess.Popen[bytes]:
+    """One bounded `agentload run` at this load, as a Locust child (like `agentload run`'s):
+    `load` closed-loop users, or (dimension arrival_rate) sessions per second started open
+    loop. The step's spec is the search's with the load set; the profile is not re-read."""
     if dimension == "arrival_rate":
-        profile = apply_arrival(
-            spec.profile,
-            {"arrival_rate": float(load), "arrival": spec.arrival,
-             "max_in_flight": spec.max_in_flight, "at_cap": spec.at_cap},
+        base = spec.profile.run.arrival or next(
+            (c.arrival for c in spec.profile.classes.values() if c.arrival is not None), None
+        )
+        arrival = arrival_spec(
+            float(load), spec.arrival or _process(base),
+            max_in_flight=spec.max_in_flight if spec.max_in_flight is not None
+            else (base.max_in_flight if base else None),
+            at_cap=spec.at_cap or (base.at_cap if base else "queue"),
         )  # fmt: skip
-        spec = spec.replace(profile=profile, arrival_rate=float(load))
+        spec = spec.replace(profile=with_arrival(spec.profile, arrival), arrival_rate=float(load))
         users = spec.users
     else:
         users = int(load)
@@ -190,11 +187,18 @@ def _start_step(
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     out.mkdir(parents=True, exist_ok=True)
+    spec_file = write_spec(step, out)
     with open(out / "locust.log", "wb") as log:  # the child keeps its own handle
         return subprocess.Popen(  # noqa: PLW1509
-            locust_argv(step),
+            locust_argv(step, spec_file),
             env=env,
             preexec_fn=die_with_parent(),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+def _process(base: ArrivalSpec | None) -> str:
+    if base is None:
+        return "poisson"
+    return f"gamma:{base.cv:g}" if base.process == "gamma" else str(base.process)

@@ -43,9 +43,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from workload.errors import UsageError
+from workload.errors import ServerConfigError
 from workload.observe.http_get import http_get
-from workload.procs import die_with_parent, stop_child
+from workload.stopping import die_with_parent, stop_child
 
 PORT_PLACEHOLDER = "{port}"
 DEFAULT_READY_TIMEOUT_S = 600.0
@@ -60,10 +60,6 @@ _OOM = re.compile(
     r"No available memory for the cache blocks|insufficient memory",
     re.IGNORECASE,
 )
-
-
-class ServerConfigError(UsageError):
-    """A server command or --servers file that cannot be used (one line, exit 2)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""`agentload canary`: two deployments, the same seeded traffic in paired blocks, a verdict."""

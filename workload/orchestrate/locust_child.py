@@ -1,0 +1,106 @@
+"""`agentload run`: one run, played by a Locust child process that reads the run's spec file.
+
+`run_locust(spec)` is the whole of `agentload run` after its options are resolved: the run
+directory is checked (nothing is created for a target that does not answer), the embedded
+simulator starts when no --host is given, the target and profile are checked
+(`preflight`), the spec is written to `RUN_DIR/spec.json`, and Locust runs as a child
+(`python -m workload.locust.launch`, quiet on an early Ctrl-C) with `--agent-spec-file`
+naming it: no spec on any command line. Stop signals reach it through
+`workload.stopping.run_child`. Capacity steps start the same child (`locust_argv`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from workload.measure import artifacts
+from workload.orchestrate.preflight import preflight
+from workload.orchestrate.simhost import start_embedded_sim
+from workload.run.checks import check_out_dir, check_workers
+from workload.run.options import OPTIONS
+from workload.run.spec import RunSpec, write_spec
+from workload.stopping import ignore_stops, run_child
+
+LOCUSTFILE = Path(__file__).resolve().parent.parent / "locust" / "locustfile.py"
+
+
+def locust_argv(spec: RunSpec, spec_file: Path, *, python: str = sys.executable) -> list[str]:
+    """`python -m workload.locust.launch ...` for this run: the spec file, and Locust's own
+    options from the spec (no --run-time: the run clock reads the spec's duration)."""
+    cmd = [
+        python, "-m", "workload.locust.launch", "-f", str(LOCUSTFILE),
+        "--host", spec.host,
+        "--users", str(spec.users),
+        "--spawn-rate", str(spec.spawn_rate),
+        "--agent-spec-file", str(spec_file),
+        "--only-summary",
+        "--loglevel", "WARNING",
+    ]  # fmt: skip
+    if spec.web:
+        cmd += ["--web-host", "127.0.0.1", "--web-port", str(spec.web_port)]
+        cmd += _form_flags(spec)
+    else:
+        cmd += ["--headless"]
+    if spec.workers > 1:
+        # A free master port: two distributed runs at once (e.g. both sides of a canary)
+        # must not share Locust's default 5557 and swap workers.
+        port = _free_port()
+        cmd += [
+            "--processes", str(spec.workers),
+            "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+            "--master-host", "127.0.0.1", "--master-port", str(port),
+        ]  # fmt: skip
+    return cmd + list(spec.locust_args)
+
+
+def _form_flags(spec: RunSpec) -> list[str]:
+    """The start form shows what Locust's command line says: give it the run's form options."""
+    out: list[str] = []
+    for o in OPTIONS:
+        if not (o.web and o.locust_flags):
+            continue
+        # Out only when the user named one: blank in the form means "runs/<new run id>"
+        # (the directory agentload run chose is the first run's; a restart gets its own).
+        value: Any = spec.options.get(o.name, o.default)
+        if value not in (None, ""):
+            out += [o.locust_flags[0], str(value)]
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_locust(spec: RunSpec) -> int:
+    """Play one resolved run to its end; its exit code (docs/ci.md)."""
+    run_id = spec.run_id or artifacts.new_run_id()
+    out = Path(spec.out) if spec.out else artifacts.default_out_dir(run_id)
+    check_workers(spec.workers)
+    check_out_dir(out, overwrite=spec.overwrite, create=False)
+    spec = spec.replace(run_id=run_id, out=str(out))
+    sim = None
+    try:
+        if not spec.host:
+            sim, spec = start_embedded_sim(spec)
+        preflight(spec)
+        check_out_dir(out, overwrite=spec.overwrite)  # created only now: the run will start
+        spec_file = write_spec(spec, out)
+        code = run_child(locust_argv(spec, spec_file), out, measured=lambda: _measured(out))
+        ignore_stops()  # over: only the simulator's stop is left
+        return code
+    finally:
+        if sim is not None:
+            sim.stop()
+
+
+def _measured(out: Path) -> bool:
+    """Whether the run recorded a request or a session (its JSONL files, workers' included)."""
+    with contextlib.suppress(OSError):
+        return any(artifacts.count_lines(out, kind) for kind in ("requests", "sessions"))
+    return False
