@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import signal
@@ -142,6 +143,17 @@ def test_run_with_a_spec_takes_only_out_and_overwrite(tmp_path):
     assert again.seed == 7 and again.out == str(tmp_path / "b") and again.run_id == ""
     with pytest.raises(UsageError, match="drop --seed"):
         resolve_run(["--spec", str(f), "--seed", "8"])
+    assert resolve_run(["--spec", str(f)]).out == ""  # an earlier run's spec: a new directory
+
+
+def test_a_spec_on_stdin_keeps_its_run_directory(tmp_path, monkeypatch):
+    """How the canary hands each block its run: the JSON on stdin, the block's directory in it."""
+    spec = resolve_run(["--profile", CHAT, "--seed", "7"]).replace(out=str(tmp_path / "blk"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(spec.to_json()))
+    again = resolve_run(["--spec", "-"])
+    assert again.out == str(tmp_path / "blk") and again.seed == 7
+    monkeypatch.setattr(sys, "stdin", io.StringIO(spec.to_json()))
+    assert resolve_run(["--spec", "-", "--out", str(tmp_path / "x")]).out == str(tmp_path / "x")
 
 
 def test_runspec_round_trips_through_json():

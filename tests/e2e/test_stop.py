@@ -246,6 +246,18 @@ def test_killing_the_parent_leaves_nothing_running(tmp_path: Path) -> None:
     assert (out / "run.json").is_file()
 
 
+def _spec_travels_as_a_file(out: Path, procs: list[psutil.Process]) -> None:
+    """What `ps` shows of a run: no spec JSON on any command line, the child reads spec.json."""
+    lines = {p.pid: p.cmdline() for p in procs}
+    for pid, argv in lines.items():
+        assert not any("{" in a or '"profile"' in a for a in argv), (pid, argv)
+        assert sum(len(a) for a in argv) < 1000, (pid, argv)
+    locust = [a for a in lines.values() if "--agent-spec-file" in a]
+    assert len(locust) == 3  # the Locust master and its two forked workers
+    assert all(a[a.index("--agent-spec-file") + 1] == str(out / "spec.json") for a in locust)
+    assert json.loads((out / "spec.json").read_text())["profile"]["classes"]
+
+
 def test_a_lost_worker_makes_the_run_partial(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = _start(out, "--workers", "2", "--duration", "25s")
@@ -256,6 +268,7 @@ def test_a_lost_worker_makes_the_run_partial(tmp_path: Path) -> None:
         ]
         workers = locust[0].children()
         assert len(workers) == 2
+        _spec_travels_as_a_file(out, [psutil.Process(proc.pid), *locust, *workers])
         workers[0].kill()
         stdout, stderr = proc.communicate(timeout=40)
     finally:

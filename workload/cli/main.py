@@ -53,10 +53,12 @@ def _from_spec_file(values: dict[str, object], locust_args: list[str]) -> RunSpe
             f"--spec FILE runs the resolved run it holds: drop {', '.join(given) or '-- ...'} "
             "(only --out and --overwrite go with it)"
         )
-    spec = read_spec(str(values["spec_file"]))
-    return spec.replace(
-        out=str(values.get("out") or ""), run_id="", overwrite=bool(values.get("overwrite"))
-    )
+    source = str(values["spec_file"])
+    spec = read_spec(source)
+    # A spec on stdin names its run directory (the canary's blocks); a spec file is usually
+    # an earlier run's spec.json, replayed into a new directory unless --out says where.
+    out = values.get("out") or (spec.out if source == "-" else "")
+    return spec.replace(out=str(out), run_id="", overwrite=bool(values.get("overwrite")))
 
 
 def cmd_run(argv: list[str]) -> int:

@@ -321,8 +321,9 @@ OPTIONS: tuple[Option, ...] = (
            "half the context, then the prompt's tail) instead of refusing the trace",
            default=False, switch=True, parse=_flag),
     Option("spec_file", ("--spec",),
-           "run exactly the resolved run a spec.json describes (every run directory has one); "
-           "only --out and --overwrite may be given with it",
+           "run exactly the resolved run a spec.json describes (every run directory has one) "
+           "into a new run directory, or the spec on standard input with '-' (into the directory "
+           "it names); only --out and --overwrite may be given with it",
            dest="agent_spec_file", metavar="SPEC.json", locust=("--agent-spec-file",),
            canary=False),
 )  # fmt: skip

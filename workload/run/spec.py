@@ -137,14 +137,15 @@ class RunSpec:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON data; `from_dict` gives back an equal spec."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """Plain JSON data with its schema version; `from_dict` gives back an equal spec."""
+        d: dict[str, Any] = {"schema_version": SPEC_SCHEMA}
+        d.update((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
         d["profile"] = self.profile.model_dump(mode="json")
         d["trace_info"] = dataclasses.asdict(self.trace_info) if self.trace_info else None
         return d
 
     def to_json(self) -> str:
-        """One JSON string (what the master sends its workers)."""
+        """One JSON string (spec.json's content; what the canary hands a block on stdin)."""
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
@@ -183,7 +184,7 @@ class RunSpec:
 def write_spec(spec: RunSpec, run_dir: str | Path) -> Path:
     """Write `RUN_DIR/spec.json` atomically; its path."""
     path = Path(run_dir) / SPEC_FILE
-    write_json(path, {"schema_version": SPEC_SCHEMA, **spec.to_dict()})
+    write_json(path, spec.to_dict())
     return path
 
 
