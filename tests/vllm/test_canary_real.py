@@ -61,7 +61,7 @@ def test_canary_starts_two_real_vllm_servers_in_turn(tmp_path: Path) -> None:
     out = tmp_path / "canary"
     proc = agentload(
         "canary", "--servers", str(servers), "--mode", "sequential", "--blocks", "1",
-        "--profile", CHAT, "--users", "2", "--duration", "30s", "--sessions-per-user", "1",
+        "--profile", CHAT, "--users", "2", "--duration", "20s", "--sessions-per-user", "1",
         "--tokenizer", "server", "--seed", "3", "--out", str(out), "--no-html",
         timeout=1800,
     )  # fmt: skip
