@@ -157,7 +157,9 @@ def stage_summary(
     return out
 
 
-def load_summary(spec: Any, out: Path, slos: Mapping[str, Mapping[str, Any]], t0: float) -> dict:
+def load_summary(
+    spec: Any, out: Path, slos: Mapping[str, Mapping[str, Any]], t0: float
+) -> dict[str, Any]:
     """``{"arrivals": ..., "stages": ...}`` for run.json (either may be None)."""
     from workload.plan.stages import LoadStages
 
