@@ -180,7 +180,7 @@ def wdot_many(W: np.ndarray, vs: list[np.ndarray], wmax: float | None = None) ->
             res[s : s + step] = W[s : s + step].astype(np.float64) @ V
         for j, i in enumerate(ints):
             out[i] = res[:, j]
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # every None was filled in the loop above
 
 
 def quantile_sorted(values: np.ndarray, q: float) -> float:

@@ -158,7 +158,7 @@ def _make_pools() -> tuple[type[Any], type[Any]]:  # classes made here, after th
         last_created: Any = None
 
         def _create_socket(self) -> Any:
-            sock = super()._create_socket()  # type: ignore[misc]
+            sock = super()._create_socket()  # type: ignore[misc]  # a mixin: the pool has it
             self.last_created = sock
             return sock
 
