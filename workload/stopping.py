@@ -263,8 +263,8 @@ def run_child(
     if code >= 0:
         return code
     # The child itself was killed: its last line is missing, so say what happened here.
-    sig = received[0] if received else -code
-    status = exit_code_for_signal(sig) if received else EXIT_ERRORS
+    got = received[0] if received else -code
+    status = exit_code_for_signal(got) if received else EXIT_ERRORS
     print(
         f"agentload: exit {status}: the Locust process was killed ({signal_name(-code)}); "
         f"files already written in {out} are intact, the summary may be missing",

@@ -113,7 +113,7 @@ def weights_ahead(
     ahead (two scopes' weights in memory, not more), and is done with `rng` when the last
     scope has been handed over.
     """
-    got: queue.Queue = queue.Queue()
+    got: queue.Queue[tuple[np.ndarray, np.ndarray] | BaseException] = queue.Queue()
     ahead = threading.Semaphore(1)  # scopes the thread may draw before the caller takes one
     stop = threading.Event()
 
@@ -180,7 +180,7 @@ def wdot_many(W: np.ndarray, vs: list[np.ndarray], wmax: float | None = None) ->
             res[s : s + step] = W[s : s + step].astype(np.float64) @ V
         for j, i in enumerate(ints):
             out[i] = res[:, j]
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # every None was filled in the loop above
 
 
 def quantile_sorted(values: np.ndarray, q: float) -> float:
@@ -334,7 +334,8 @@ def _wsum(W: np.ndarray, cnt: np.ndarray, wmax: float) -> np.ndarray:
     """
     big = wmax * float(cnt.max(initial=0))
     dt = np.float32 if big < 2**24 else np.float64
-    return np.rint(W @ cnt.astype(dt)).astype(np.int64)
+    out: np.ndarray = np.rint(W @ cnt.astype(dt)).astype(np.int64)
+    return out
 
 
 def _boot_quantiles_full(

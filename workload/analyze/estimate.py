@@ -68,7 +68,8 @@ def _ratio_parts(
 
 def _pysum(x: np.ndarray) -> float:
     """sum() of the values in row order (as the point estimates always were: same rounding)."""
-    return sum(x.tolist())
+    total: float = sum(x.tolist())
+    return total
 
 
 MIN_SAMPLES = 20  # per side, below which a metric is "insufficient data"
@@ -116,12 +117,14 @@ def _last_by_key(rows: Rows, lat: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
     keep = v > 0  # NaN compares False
     k, v = rows.key()[keep][::-1], v[keep][::-1]
     uk, first = np.unique(k, return_index=True)
-    return uk, v[first], rows.col("content")[keep][::-1][first]
+    content: np.ndarray = rows.col("content")[keep][::-1][first]
+    return uk, v[first], content
 
 
 def content_differs(ca: np.ndarray, cb: np.ndarray) -> np.ndarray:
     """Pairs whose recorded content hashes differ (a side without a hash: not known to)."""
-    return (ca != cb) & (ca != 0) & (cb != 0)
+    differs: np.ndarray = (ca != cb) & (ca != 0) & (cb != 0)
+    return differs
 
 
 def _shift_metric(
@@ -209,7 +212,7 @@ def scope_metrics(
             lat_names.setdefault(n.split("_")[0], []).append(n)
     # The values of every latency quantile and shift, sorted once, then their bootstrap
     # quantiles in one batch per weight matrix (one product for all their pivots).
-    items: tuple[list, list] = ([], [])
+    items: tuple[list[tuple[np.ndarray, np.ndarray, list[float]]], ...] = ([], [])
     lat_rows = []  # (latency, quantile names, qs, per side: (points, n, item number | None))
     for lat, qnames in lat_names.items():
         qs = [QUANTILES[q.split("_")[1]] for q in qnames]

@@ -13,6 +13,7 @@ import datetime as _dt
 import gc
 import os
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
@@ -104,7 +105,7 @@ def _parse_iso(s: Any) -> float | None:
         return None
 
 
-def _files(run_dir: Path, kind: str, skipped: list[str]):
+def _files(run_dir: Path, kind: str, skipped: list[str]) -> Iterator[list[dict[str, Any]]]:
     """Blocks of rows of `kind` over its worker files, in file order (corrupt lines skipped)."""
     for p in sorted(run_dir.glob(f"{kind}*.jsonl")):
         if not p.is_file():
@@ -140,11 +141,11 @@ def _columns(
     return cols.done()
 
 
-def _read_rows(path: Path, blocks: list[str]) -> tuple[list[dict], list[dict]]:
+def _read_rows(path: Path, blocks: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The request and session rows as dicts; blocks merged with prefixed session ids."""
     if not blocks:
         return _rows(path, "requests", []), _rows(path, "sessions", [])
-    out: tuple[list[dict], list[dict]] = ([], [])
+    out: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
     for b in blocks:
         for kind, dest in (("requests", out[0]), ("sessions", out[1])):
             for r in _rows(path / b, kind, []):
@@ -208,7 +209,7 @@ def load_run(path: Path | str, *, rows: bool = False) -> RunData:
     bd = {b.name: d.duration_s for b, d in zip(blocks, parts, strict=True)}
     reqs = Columns.merge([(b.name, d.req_cols) for b, d in zip(blocks, parts, strict=True)])
     sess = Columns.merge([(b.name, d.sess_cols) for b, d in zip(blocks, parts, strict=True)])
-    keep = None
+    keep: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
     if rows:
         keep = ([], [])
         for b, d in zip(blocks, parts, strict=True):
@@ -242,7 +243,7 @@ def _spawn_safe() -> bool:
     starts (a canary, a load test), so such callers read one run after the other.
     """
     main = sys.modules.get("__main__")
-    name = getattr(getattr(main, "__spec__", None), "name", None)
+    name: str | None = getattr(getattr(main, "__spec__", None), "name", None)
     if name is not None:
         return name == "__main__" or name.endswith(".__main__")
     path = getattr(main, "__file__", None)

@@ -50,7 +50,7 @@ def class_histogram(cols: Columns, cls: str | None = None) -> list[int]:
     return tot
 
 
-def spec_histogram(requests: list[dict], cls: str | None = None) -> list[int]:
+def spec_histogram(requests: list[dict[str, Any]], cls: str | None = None) -> list[int]:
     """Summed spec-decode acceptance histogram (index = accepted drafts per step)."""
     tot: list[int] = []
     for r in requests:

@@ -17,6 +17,7 @@ the server diff to a finished comparison and updates its verdict.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from typing import Any
 
 from workload.analyze.catalogue import (
@@ -51,10 +52,12 @@ STARTUP_FLOORS: dict[str, float] = {
 }
 
 
-def split_startup_flags(flags: dict | None) -> tuple[dict, dict]:
+def split_startup_flags(
+    flags: Mapping[str, float | None] | None,
+) -> tuple[dict[str, float | None], dict[str, float | None]]:
     """Threshold flags -> (those for compare_runs, those for start-up metrics)."""
-    rest: dict = {}
-    mine: dict = {}
+    rest: dict[str, float | None] = {}
+    mine: dict[str, float | None] = {}
     for k, v in (flags or {}).items():
         base = k.split(".")[-1].removesuffix("_pct")
         (mine if base in STARTUP_METRICS else rest)[k] = v
@@ -97,7 +100,9 @@ def _judge(m: MetricDiff, floor: float) -> None:
         m.verdict = VERDICT_SAME
 
 
-def startup_rows(a: RunData, b: RunData, flags: dict | None = None) -> list[MetricDiff]:
+def startup_rows(
+    a: RunData, b: RunData, flags: Mapping[str, float | None] | None = None
+) -> list[MetricDiff]:
     """One overall row per start-up metric both sides recorded (empty without startup blocks)."""
     ra, rb = startup_records(a), startup_records(b)
     if not ra and not rb:
@@ -160,7 +165,7 @@ def startup_diff(a: RunData, b: RunData) -> list[dict[str, Any]]:
     return rows
 
 
-def add_startup(cmp: Comparison, flags: dict | None = None) -> None:
+def add_startup(cmp: Comparison, flags: Mapping[str, float | None] | None = None) -> None:
     """Append start-up rows and server-diff facts to a comparison; a worse one makes it worse."""
     rows = startup_rows(cmp.run_a, cmp.run_b, flags)
     cmp.metrics.extend(rows)

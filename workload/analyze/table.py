@@ -47,7 +47,7 @@ def _key(x: Any) -> Any:
     return x
 
 
-def _codes(vals: Sequence, codes: dict[Any, int]) -> np.ndarray:
+def _codes(vals: Sequence[Any], codes: dict[Any, int]) -> np.ndarray:
     """Integer code per value, new values numbered in order of first appearance."""
     try:
         out = [codes.setdefault(x, len(codes)) for x in vals]
@@ -56,7 +56,7 @@ def _codes(vals: Sequence, codes: dict[Any, int]) -> np.ndarray:
     return np.asarray(out, dtype=np.int64).reshape(len(vals))
 
 
-def _lookup(vals: Sequence, table: dict[str, int], default: int) -> list[int]:
+def _lookup(vals: Sequence[Any], table: dict[str, int], default: int) -> list[int]:
     try:
         return [table.get(x, default) for x in vals]
     except TypeError:  # an unhashable value never matches a name
@@ -79,11 +79,11 @@ def _hash60(x: Any) -> int:
         return 0
 
 
-def _ints(vals: list, dt: Any = np.int64) -> np.ndarray:
+def _ints(vals: Sequence[Any], dt: type = np.int64) -> np.ndarray:
     return np.asarray(vals, dtype=dt).reshape(len(vals))
 
 
-def add_histogram(tot: list[int], h: list) -> None:
+def add_histogram(tot: list[int], h: list[Any]) -> None:
     """Add acceptance histogram `h` into `tot` (extended as needed; non-numbers skipped)."""
     if len(h) > len(tot):
         tot.extend([0] * (len(h) - len(tot)))
@@ -111,29 +111,29 @@ class Columns:
         # earliest per (class, step) as (t_start, row number, row)
         self.error_counts: dict[tuple[Any, Any], int] = {}
         self.spec_hists: dict[Any, list[int]] = {}
-        self.loops: dict[tuple[str, int], tuple[float, int, dict]] = {}
+        self.loops: dict[tuple[str, int], tuple[float, int, dict[str, Any]]] = {}
 
     @classmethod
-    def of(cls, rows: Iterable[dict], req: bool) -> Columns:
+    def of(cls, rows: Iterable[dict[str, Any]], req: bool) -> Columns:
         """Columns of rows given as dicts."""
         out = cls(req)
         out.add(list(rows))
         return out.done()
 
-    def add(self, rows: list[dict]) -> None:
+    def add(self, rows: list[dict[str, Any]]) -> None:
         """Append a block of rows."""
         n = len(rows)
         # Every field in one C-level pass when the rows share the first row's keys (rows
         # of one writer do); a row without one of them: per field with a default.
         keys = [k for k in (REQ_KEYS if self.req else SESS_KEYS) if rows and k in rows[0]]
-        got: dict[str, tuple] = {}
+        got: dict[str, tuple[Any, ...]] = {}
         if len(keys) > 1:
             try:
                 got = dict(zip(keys, zip(*map(itemgetter(*keys), rows), strict=True), strict=True))
             except KeyError:
                 got = {}
 
-        def col(key: str, default: Any = None) -> Sequence:
+        def col(key: str, default: Any = None) -> Sequence[Any]:
             v = got.get(key)
             return v if v is not None else [r.get(key, default) for r in rows]
 
@@ -176,14 +176,16 @@ class Columns:
         c["content"] = _ints([_hash60(x) for x in col("content_hash")])
         for i in np.flatnonzero(bad).tolist():
             r = rows[i]
-            k = (_key(r.get("user_class")), _key(r.get("error_kind") or r.get("status") or "unknown"))  # fmt: skip
-            self.error_counts[k] = self.error_counts.get(k, 0) + 1
+            ek = (_key(r.get("user_class")), _key(r.get("error_kind") or r.get("status") or "unknown"))  # fmt: skip
+            self.error_counts[ek] = self.error_counts.get(ek, 0) + 1
         for i, (x, e) in enumerate(zip(col("tool_loop_failure"), col("error_kind"), strict=True)):
             if x or e == "tool_loop":
                 self._loop(rows[i], self.n + i)
         self._append(c, n)
 
-    def _spec(self, r: dict, sd: dict, c: dict[str, np.ndarray], i: int) -> None:
+    def _spec(
+        self, r: dict[str, Any], sd: dict[str, Any], c: dict[str, np.ndarray], i: int
+    ) -> None:
         try:
             if sd.get("num_draft_tokens"):
                 c["sd_draft"][i] = float(sd["num_draft_tokens"])
@@ -197,7 +199,7 @@ class Columns:
         if isinstance(h, list):
             add_histogram(self.spec_hists.setdefault(_key(r.get("user_class")), []), h)
 
-    def _loop(self, r: dict, at: int) -> None:
+    def _loop(self, r: dict[str, Any], at: int) -> None:
         try:
             key = (str(r.get("user_class") or ""), int(r.get("step") or 0))
             t = float(r.get("t_start") or 0)
@@ -222,7 +224,7 @@ class Columns:
         self._parts = {}
         return self
 
-    def loop_rows(self) -> list[dict]:
+    def loop_rows(self) -> list[dict[str, Any]]:
         """The kept tool-loop failures, in row order (enough for `tool_loop_examples`)."""
         return [r for _, _, r in sorted(self.loops.values(), key=lambda x: x[1])]
 
@@ -253,6 +255,27 @@ class Columns:
 class Table:
     """Columns of one run's request (or session) rows, with codes shared by both runs."""
 
+    # The columns `Columns.add` fills, set as attributes from `cols` in __init__:
+    # both kinds of rows
+    slo: np.ndarray
+    cancelled: np.ndarray
+    # session rows
+    outcome: np.ndarray
+    steps_done: np.ndarray
+    # request rows
+    step: np.ndarray
+    status: np.ndarray
+    cached: np.ndarray
+    ctok: np.ndarray
+    ptok: np.ndarray
+    sd_draft: np.ndarray
+    sd_acc: np.ndarray
+    sd_len: np.ndarray
+    tool: np.ndarray
+    ntool: np.ndarray
+    stream: np.ndarray
+    content: np.ndarray
+
     def __init__(self, c: Columns, codes: np.ndarray, classes: np.ndarray) -> None:
         self.n = c.n
         # (session, step) keys: set by Pair from the steps of both runs
@@ -276,7 +299,7 @@ class Table:
 _NUMBER_TYPES = {int, float, bool, type(None)}
 
 
-def _floats(vals: Sequence, blank: np.ndarray | None) -> np.ndarray:
+def _floats(vals: Sequence[Any], blank: np.ndarray | None) -> np.ndarray:
     """Numbers as floats, NaN for None and non-finite values (and where `blank`).
 
     Values of other types go through `_num` (NaN) one by one, as the row readers did.
@@ -307,7 +330,8 @@ class Rows:
         return len(self.idx)
 
     def col(self, name: str) -> np.ndarray:
-        return getattr(self.t, name)[self.idx]
+        col: np.ndarray = getattr(self.t, name)
+        return col[self.idx]
 
     def lat(self, name: str) -> np.ndarray:
         return self.t.lat[name][self.idx]
@@ -323,19 +347,21 @@ class Rows:
         the table's one sort (`Table.lat_order`), not sorted again: the same order, since
         that sort leaves ties in row order too.
         """
-        rows = self.idx[keep]
+        rows: np.ndarray = self.idx[keep]
         t = self.t
         if len(rows) * 8 < t.n or not (rows[1:] > rows[:-1]).all():
             return rows[np.argsort(t.lat[lat][rows], kind="stable")]
         mark = np.zeros(t.n, dtype=bool)
         mark[rows] = True
         o = t.lat_order(lat)
-        return o[mark[o]]
+        picked: np.ndarray = o[mark[o]]
+        return picked
 
     def key(self) -> np.ndarray:
         """One integer per request for its (session, step), ordered like (session id, step)."""
         t = self.t
-        return t.sid[self.idx] * t.step_span + (t.step[self.idx] - t.step_min)
+        keys: np.ndarray = t.sid[self.idx] * t.step_span + (t.step[self.idx] - t.step_min)
+        return keys
 
 
 def _sort_key(x: Any) -> tuple[bool, str]:
@@ -351,8 +377,8 @@ class Pair:
     def __init__(self, reqs: tuple[Any, Any], sess: tuple[Any, Any]) -> None:
         rq = [r if isinstance(r, Columns) else Columns.of(r, True) for r in reqs]
         ss = [s if isinstance(s, Columns) else Columns.of(s, False) for s in sess]
-        ids: set = set()
-        names: set = set()
+        ids: set[Any] = set()
+        names: set[Any] = set()
         for c in (*rq, *ss):
             ids.update(c.ids)
             names.update(c.names)

@@ -8,6 +8,7 @@ row (`overall.METRIC`).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 from workload.analyze.catalogue import METRICS
@@ -117,7 +118,7 @@ def _metric_name(key: str) -> str:
     return f"{scope}{dot}{base}"
 
 
-def profile_compare(run: dict) -> dict[str, Any]:
+def profile_compare(run: dict[str, Any]) -> dict[str, Any]:
     """The profile's `compare:` section recorded in run.json (empty when absent)."""
     prof = run.get("profile") if isinstance(run.get("profile"), dict) else {}
     sec = prof.get("compare") if isinstance(prof, dict) else None
@@ -134,19 +135,21 @@ def _put(out: dict[str, float], name: str, v: Any) -> None:
         out[name] = _pct(v)
 
 
-def replays_answers(run: dict) -> bool:
+def replays_answers(run: dict[str, Any]) -> bool:
     """Whether the run's profile ran with `history: actual` (sessions replay the server's answers)."""
     prof = run.get("profile")
     return isinstance(prof, dict) and prof.get("history") == "actual"
 
 
-def history_actual_overrides(run: dict) -> dict[str, Any]:
+def history_actual_overrides(run: dict[str, Any]) -> dict[str, Any]:
     """The profile's `compare.history_actual` thresholds (empty when absent)."""
     sec = profile_compare(run).get("history_actual")
     return sec if isinstance(sec, dict) else {}
 
 
-def resolve_thresholds(run_a: dict, run_b: dict, flags: dict | None) -> dict[str, float]:
+def resolve_thresholds(
+    run_a: dict[str, Any], run_b: dict[str, Any], flags: Mapping[str, float | None] | None
+) -> dict[str, float]:
     """Defaults, then the profile's `compare` section (A's, then B's on top), then flags.
 
     When either run replays its server's answers (`history: actual`), the section's
@@ -192,7 +195,7 @@ def resolve_thresholds(run_a: dict, run_b: dict, flags: dict | None) -> dict[str
     return out
 
 
-def explicit_gates(flags: dict | None) -> set[str]:
+def explicit_gates(flags: Mapping[str, float | None] | None) -> set[str]:
     """Threshold keys a flag set (normalised): those percentiles gate even when runs pair."""
     return {_metric_name(k) for k, v in (flags or {}).items() if v is not None}
 

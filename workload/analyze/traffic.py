@@ -40,7 +40,7 @@ def _sets(argv: Any) -> list[str]:
     return sorted(out)
 
 
-def traffic_key(run: dict) -> dict[str, Any]:
+def traffic_key(run: dict[str, Any]) -> dict[str, Any]:
     """What shapes a run's traffic, from run.json."""
     raw = run.get("profile")
     prof: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -60,7 +60,7 @@ def traffic_key(run: dict) -> dict[str, Any]:
     }
 
 
-def traffic_differences(run_a: dict, run_b: dict) -> list[str]:
+def traffic_differences(run_a: dict[str, Any], run_b: dict[str, Any]) -> list[str]:
     """'field A=x B=y' for every traffic-shaping field that differs (empty: runs pair)."""
     if not run_a or not run_b:
         return []
@@ -129,7 +129,7 @@ def divergence_line(div: dict[str, dict[str, Any]]) -> str:
             "; no content hashes recorded (an older agentload), so the paired shifts pair by "
             "(session, step) whatever each side sent"
         )
-    elif both:
+    elif both and matched is not None:  # (matched is None went above)
         same = same and matched == both
         tail = (
             f"; the paired shifts compare the {matched:,} of {both:,} requests both sides "
@@ -147,7 +147,7 @@ def divergence_line(div: dict[str, dict[str, Any]]) -> str:
     )
 
 
-def tool_loop_examples(reqs: list[dict], limit: int = 10) -> list[dict[str, Any]]:
+def tool_loop_examples(reqs: list[dict[str, Any]], limit: int = 10) -> list[dict[str, Any]]:
     """The first failing request per (class, step): tool, what was wrong, request id."""
     seen: set[tuple[str, int]] = set()
     out: list[dict[str, Any]] = []

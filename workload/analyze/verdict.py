@@ -319,14 +319,14 @@ def _judge_all(metrics: list[MetricDiff], alpha: float) -> GateTails:
 def _judged_warnings(gated: list[MetricDiff]) -> list[str]:
     """Gated rows judged only one way (too few to rule out their threshold), or not at all."""
     out: list[str] = []
-    weak = [m for m in gated if m.underpowered is not None]
+    weak = [(m, u) for m in gated if (u := m.underpowered) is not None]
     if weak:
         out.append(
             "too few to rule out their threshold, so judged only for getting worse: "
             + ", ".join(
                 f"{m.scope} {m.metric} ({min(m.n_a, m.n_b):,} per side rule out only "
-                f"{100 * m.underpowered:.0f} pp)"
-                for m in weak
+                f"{100 * u:.0f} pp)"
+                for m, u in weak
             )
         )
     nodata = [  # rows with no sample on either side do not apply (a non-streamed class's TTFT)

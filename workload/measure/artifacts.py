@@ -22,6 +22,7 @@ import contextlib
 import datetime as _dt
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -132,7 +133,9 @@ def read_json(path: Path) -> Any:
     return orjson.loads(Path(path).read_bytes())
 
 
-def iter_jsonl(path: Path, skipped: list[str] | None = None, *, objects: bool = False):
+def iter_jsonl(
+    path: Path, skipped: list[str] | None = None, *, objects: bool = False
+) -> Iterator[Any]:  # parsed JSON: dicts with objects=True
     """Yield objects from one JSONL file; a line that is not JSON is skipped, never raised.
 
     Pass a list as ``skipped`` to learn what was left out: one ``"file:line: why"`` entry per
@@ -170,7 +173,9 @@ def _parse_line(line: bytes, n: int, path: Path, skipped: list[str] | None, obje
 JSONL_CHUNK_BYTES = 1 << 24  # bytes read at once by iter_jsonl_chunks
 
 
-def iter_jsonl_chunks(path: Path, skipped: list[str] | None = None, *, objects: bool = False):
+def iter_jsonl_chunks(
+    path: Path, skipped: list[str] | None = None, *, objects: bool = False
+) -> Iterator[list[Any]]:  # parsed JSON, as iter_jsonl
     """`iter_jsonl`, a list of rows at a time (about JSONL_CHUNK_BYTES of lines each).
 
     The same rows and the same ``skipped`` entries, at a fraction of the per-line cost:

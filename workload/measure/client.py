@@ -510,7 +510,7 @@ class Client:
                 line = read()
                 t = clock()  # stamp before any parsing: every event this read completed gets it
                 if kernel:
-                    rx = resp.rx_ns  # type: ignore[attr-defined]
+                    rx = resp.rx_ns  # type: ignore[attr-defined]  # kernel: hasattr said so
                     if rx:
                         # when the bytes arrived, kept in order (a realtime clock step)
                         t = max(t - max(wall_ns() - rx, 0), prev)

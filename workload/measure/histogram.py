@@ -239,7 +239,8 @@ class LatencyHistogram:
         h = self._shape
         target = max(1, math.ceil(total * pct / 100.0))
         i = int(np.searchsorted(np.cumsum(counts), target))
-        return h.get_highest_equivalent_value(h.get_value_from_index(i)) / 1000.0
+        ms: float = h.get_highest_equivalent_value(h.get_value_from_index(i)) / 1000.0
+        return ms
 
     def bucket_counts(self) -> dict[int, int]:
         """Non-zero HDR counts by index (for exactness checks and plots)."""
@@ -274,4 +275,5 @@ def _hdr_index(h: HdrHistogram, us: np.ndarray) -> np.ndarray:
     pow2ceiling = np.frexp((us | h.sub_bucket_mask).astype(np.float64))[1].astype(np.int64)
     bucket = pow2ceiling - u - (m + 1)
     sub_bucket = us >> (bucket + u)
-    return ((bucket + 1) << m) + (sub_bucket - h.sub_bucket_half_count)
+    index: np.ndarray = ((bucket + 1) << m) + (sub_bucket - h.sub_bucket_half_count)
+    return index

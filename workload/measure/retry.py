@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 BACKOFF_STATUSES = (429, 503)
 
@@ -31,7 +30,7 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 
 
-def next_delay_s(record: Any, attempt: int, policy: RetryPolicy = DEFAULT_POLICY) -> float:
+def next_delay_s(record: object, attempt: int, policy: RetryPolicy = DEFAULT_POLICY) -> float:
     """Seconds to wait before re-sending after ``record`` (the failed attempt ``attempt``)."""
     ra = getattr(record, "retry_after_s", None)
     if isinstance(ra, (int, float)) and not isinstance(ra, bool) and math.isfinite(ra):

@@ -43,7 +43,9 @@ def time_series(
     }
 
 
-def _series(keyed: list[tuple[int, Mapping[str, Any]]], n: int, bucket_s: float = 5.0) -> dict:
+def _series(
+    keyed: list[tuple[int, Mapping[str, Any]]], n: int, bucket_s: float = 5.0
+) -> dict[str, Any]:
     reqs, errs, toks = [0] * n, [0] * n, [0] * n
     ttfts: list[list[float]] = [[] for _ in range(n)]
     for b, d in keyed:

@@ -407,7 +407,9 @@ def request_thresholds(slo: Mapping[str, Any] | None) -> dict[str, Any]:
     return limits
 
 
-def request_meets_slo(rec: Any, slo: Mapping[str, Any] | None, limits: dict | None = None) -> bool:
+def request_meets_slo(
+    rec: Any, slo: Mapping[str, Any] | None, limits: dict[str, Any] | None = None
+) -> bool:
     """Whether one request met its class's latency SLOs, read per request.
 
     Definition (used for goodput): the request succeeded, and

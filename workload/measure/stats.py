@@ -339,7 +339,9 @@ class Aggregate:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], slos_by_class: Mapping | None = None) -> Aggregate:
+    def from_dict(
+        cls, d: Mapping[str, Any], slos_by_class: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> Aggregate:
         if d.get("schema") != SCHEMA:
             raise ValueError(f"not an agentload stats object (schema {d.get('schema')!r})")
         agg = cls(slos_by_class)

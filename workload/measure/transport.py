@@ -121,7 +121,8 @@ def kernel_ns(anc: list[tuple[int, int, bytes]]) -> int:
     for level, kind, blob in anc:
         if level == _socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(blob) >= 16:
             sec, nsec = _TIMESPEC.unpack_from(blob)
-            return sec * 1_000_000_000 + nsec
+            ns: int = sec * 1_000_000_000 + nsec
+            return ns
     return 0
 
 
@@ -148,7 +149,7 @@ def read_stamps(base_url: str) -> str:
 # ---------------------------------------------------------------- geventhttpclient transport
 
 
-def _make_pools():
+def _make_pools() -> tuple[type[Any], type[Any]]:  # classes made here, after the import
     from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 
     class _FreshMark:
@@ -156,13 +157,13 @@ def _make_pools():
 
         last_created: Any = None
 
-        def _create_socket(self):
-            sock = super()._create_socket()  # type: ignore[misc]
+        def _create_socket(self) -> Any:
+            sock = super()._create_socket()  # type: ignore[misc]  # a mixin: the pool has it
             self.last_created = sock
             return sock
 
     class Pool(_FreshMark, ConnectionPool):
-        def _create_socket(self):
+        def _create_socket(self) -> Any:
             sock = super()._create_socket()
             _ask_kernel_stamps(sock)
             return sock
@@ -189,7 +190,8 @@ class _GeventResponse:
         from geventhttpclient.response import HTTPParseError
 
         try:
-            return self._r.readline(b"\n")
+            line: bytes = self._r.readline(b"\n")
+            return line
         except TimeoutError as e:
             raise TransportError("stall", f"no bytes within the stall timeout ({e})") from None
         except (HTTPParseError, OSError) as e:
@@ -199,7 +201,8 @@ class _GeventResponse:
         from geventhttpclient.response import HTTPParseError
 
         try:
-            return self._r.read()
+            body: bytes = self._r.read()
+            return body
         except TimeoutError as e:
             raise TransportError("stall", f"no bytes within the read timeout ({e})") from None
         except (HTTPParseError, OSError) as e:
@@ -301,6 +304,7 @@ class _BufferedGeventResponse(_GeventResponse):
                 sock._wait(sock._read_event)  # no timer: the socket's timeout is off
             finally:
                 self._waiting = False
+        data: bytes
         while True:
             try:
                 if KERNEL_RX:
@@ -325,7 +329,8 @@ class _BufferedGeventResponse(_GeventResponse):
         self._since = _monotonic()
         self._waiting = True
         try:
-            return sock.recv(READ_BLOCK)
+            data: bytes = sock.recv(READ_BLOCK)
+            return data
         finally:
             self._waiting = False
 

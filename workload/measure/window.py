@@ -47,7 +47,7 @@ def _ratio(num: float, den: float, nd: int = 3) -> float | None:
     return round(num / den, nd) if den > 0 else None
 
 
-def _point(view: View, now: _Snapshot, before: _Snapshot | None, window_s: float) -> dict:
+def _point(view: View, now: _Snapshot, before: _Snapshot | None, window_s: float) -> dict[str, Any]:
     """One class's metrics over the window between two snapshots."""
 
     def delta(d_now: dict[str, int], d_before: dict[str, int] | None, key: str) -> int:

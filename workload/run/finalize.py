@@ -11,13 +11,19 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workload.errors import EXIT_BAD_INPUT, EXIT_ERRORS, EXIT_OK, EXIT_PARTIAL, EXIT_SLO
 from workload.measure import artifacts
 from workload.stopping import exit_code_for_signal
+
+if TYPE_CHECKING:  # types only
+    from workload.measure.slo import SLOResult
+    from workload.measure.stats import Aggregate
+    from workload.run.spec import RunSpec
 
 log = logging.getLogger("agentload")
 
@@ -26,7 +32,7 @@ log = logging.getLogger("agentload")
 class Measured:
     """What a finished run measured and found, next to its RunSpec."""
 
-    total: Any  # workload.measure.stats.Aggregate over the whole run
+    total: Aggregate  # over the whole run
     slos: dict[str, dict[str, float]]  # the SLOs the aggregate counted goodput with
     started_iso: str
     started_wall: float
@@ -42,7 +48,9 @@ class Measured:
     generator_health: dict[str, Any] | None = None  # workload.locust.health summary
 
 
-def exit_code_for(error_ratio: float | None, max_error_ratio: float, slo_results: list[Any]) -> int:
+def exit_code_for(
+    error_ratio: float | None, max_error_ratio: float, slo_results: list[SLOResult]
+) -> int:
     """The worst applicable outcome: errors above the threshold beat SLO violations."""
     if error_ratio is not None and error_ratio > max_error_ratio:
         return EXIT_ERRORS
@@ -51,8 +59,8 @@ def exit_code_for(error_ratio: float | None, max_error_ratio: float, slo_results
     return EXIT_OK
 
 
-def finalize_run(spec: Any, m: Measured) -> int:
-    """Write the run's summary artifacts (spec: a workload.run.spec.RunSpec); return the exit code.
+def finalize_run(spec: RunSpec, m: Measured) -> int:
+    """Write the run's summary artifacts; return the exit code.
 
     The summary counts what the JSONL files hold (`workload.run.reconcile`); every file is
     written atomically; the console's last line gives the exit code and why.
@@ -182,7 +190,7 @@ def last_line(code: int, why: str, out: Path) -> str:
 
 
 def outcome_reason(
-    code: int, error_ratio: float | None, max_error_ratio: float, slo_results: list[Any]
+    code: int, error_ratio: float | None, max_error_ratio: float, slo_results: list[SLOResult]
 ) -> str:
     """Why `exit_code_for` chose `code`, in a few words."""
     if code == EXIT_ERRORS and error_ratio is not None:
@@ -238,7 +246,11 @@ def _fill_system_fingerprint(fingerprint: dict[str, Any], out: Path) -> None:
 
 
 def _trace_block(
-    spec: Any, out: Path, fingerprint: dict[str, Any], scrape: dict[str, Any], arrivals: Any
+    spec: RunSpec,
+    out: Path,
+    fingerprint: dict[str, Any],
+    scrape: dict[str, Any],
+    arrivals: Mapping[str, Any] | None,
 ) -> dict[str, Any] | None:
     """`summary.trace` (workload.run.replay); None, with a warning, if the trace is unreadable."""
     from workload.errors import AgentloadError

@@ -18,11 +18,14 @@ import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workload.measure import artifacts
 from workload.measure.slo import request_meets_slo, request_thresholds
 from workload.plan.arrivals import lateness_summary
+
+if TYPE_CHECKING:  # types only
+    from workload.run.spec import RunSpec
 
 # A session that starts more than this after its schedule counts as delayed; a p99 above
 # it means the generator fell behind (gevent wakes within ms on an idle machine; a busy
@@ -157,7 +160,9 @@ def stage_summary(
     return out
 
 
-def load_summary(spec: Any, out: Path, slos: Mapping[str, Mapping[str, Any]], t0: float) -> dict:
+def load_summary(
+    spec: RunSpec, out: Path, slos: Mapping[str, Mapping[str, Any]], t0: float
+) -> dict[str, Any]:
     """``{"arrivals": ..., "stages": ...}`` for run.json (either may be None)."""
     from workload.plan.stages import LoadStages
 

@@ -333,7 +333,9 @@ BY_NAME = {o.name: o for o in OPTIONS}
 CANARY_FORBIDDEN = tuple(f for o in OPTIONS if not o.canary and o.flags for f in o.flags)
 
 
-def add_options(parser: Any, options: tuple[Option, ...], *, locust: bool = False) -> None:
+def add_options(
+    parser: argparse.ArgumentParser, options: tuple[Option, ...], *, locust: bool = False
+) -> None:
     """Register `options` on an argparse (or Locust's configargparse) parser."""
     for o in options:
         flags = o.locust_flags if locust else o.flags
@@ -355,7 +357,7 @@ def add_options(parser: Any, options: tuple[Option, ...], *, locust: bool = Fals
         parser.add_argument(*flags, **kw)
 
 
-def raw_values(ns: Any, options: tuple[Option, ...] = OPTIONS) -> dict[str, Any]:
+def raw_values(ns: object, options: tuple[Option, ...] = OPTIONS) -> dict[str, Any]:
     """{option name: raw value} from a parsed namespace (either parser's)."""
     out: dict[str, Any] = {}
     for o in options:

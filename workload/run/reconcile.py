@@ -15,10 +15,13 @@ import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workload.measure import artifacts
 from workload.measure.records import RequestRecord, SessionRecord
+
+if TYPE_CHECKING:  # imported where it is built, in rebuild
+    from workload.measure.stats import Aggregate
 
 
 def settle(out: Path, *, quiet_s: float = 0.4, max_wait_s: float = 3.0) -> None:
@@ -45,7 +48,7 @@ def _sizes(out: Path) -> dict[str, int]:
     return sizes
 
 
-def counts_agree(total: Any, out: Path) -> bool:
+def counts_agree(total: Aggregate, out: Path) -> bool:
     """Does the aggregate count exactly the request and session lines on disk?"""
     c = total.overall.counters
     sessions = sum(total.overall.sessions.get(o, 0) for o in _outcomes())
@@ -54,7 +57,7 @@ def counts_agree(total: Any, out: Path) -> bool:
     )
 
 
-def rebuild(out: Path, slos: dict[str, dict[str, float]]) -> Any:
+def rebuild(out: Path, slos: dict[str, dict[str, float]]) -> Aggregate:
     """A fresh Aggregate from every requests*/sessions*.jsonl line in `out`.
 
     Per-gap ITL samples are not written to the JSONL, so a rebuilt aggregate has no
@@ -77,7 +80,9 @@ def _stream(out: Path, kind: str) -> Iterator[dict[str, Any]]:
         yield from artifacts.iter_jsonl(p, objects=True)
 
 
-def reconcile(total: Any, out: Path, slos: dict[str, dict[str, float]], *, wait: bool) -> Any:
+def reconcile(
+    total: Aggregate, out: Path, slos: dict[str, dict[str, float]], *, wait: bool
+) -> Aggregate:
     """`total` when it counts what was written, else the aggregate rebuilt from the files."""
     if wait:
         settle(out)

@@ -333,6 +333,7 @@ def _trace_info(typed: Mapping[str, Any]) -> TraceInfo | None:
 def read_run_trace(path: str, fmt: str, limit: int | None, on_bad_line: str) -> Trace:
     """The trace file as `--trace` options name it; TraceError (file:line) when unreadable."""
     try:
+        # on_bad_line: a str here, "skip" or "stop" (the option's choices)
         trace = read_trace(path, fmt or "auto", limit=limit, on_bad_line=on_bad_line)  # type: ignore[arg-type]
     except TraceError as e:
         raise TraceError(f"--trace: {e}") from None
@@ -372,6 +373,7 @@ def apply_arrival(profile: Profile, typed: Mapping[str, Any]) -> Profile:
             f"{flag} needs --arrival-rate R (this profile has no run.arrival to apply it to)"
         )
     spec = arrival_spec(
+        # base is set whenever rate is None (raised above otherwise)
         rate if rate is not None else base.rate_per_s,  # type: ignore[union-attr]
         process or (_process_text(base) if base is not None else "poisson"),
         max_in_flight=cap if cap is not None else (base.max_in_flight if base else None),
