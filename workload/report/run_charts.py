@@ -7,6 +7,8 @@ from typing import Any
 
 from workload.analyze.rundata import RunData
 from workload.analyze.serverinfo import spec_histogram
+from workload.measure.series import time_series
+from workload.measure.stats import Aggregate
 from workload.observe.metrics import series_from_samples
 from workload.report.charts import (
     PAD_B,
@@ -15,15 +17,15 @@ from workload.report.charts import (
     SIDE_COLORS,
     Chart,
     Series,
+    _nice_ticks,
     bar_chart,
     line_chart,
 )
+from workload.report.run_views import idle_gap_table
 from workload.report.views import dig
 
 
 def _time_series(data: RunData) -> dict[str, Any]:
-    from workload.measure.series import time_series
-
     span = data.duration_s or 60.0
     bucket = max(1.0, round(span / 60.0))  # about 60 points whatever the run length
     return time_series(data.requests, bucket_s=bucket)
@@ -44,8 +46,6 @@ def _itl_points(data: RunData, cls: str | None) -> tuple[list[tuple[float, float
     pcts = [1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9]
     if isinstance(data.stats, dict):
         try:
-            from workload.measure.stats import Aggregate
-
             agg = Aggregate.from_dict(data.stats)
             vals = [agg.percentile_ms("itl", p, cls) for p in pcts]
             if any(v is not None for v in vals):
@@ -248,8 +248,6 @@ def _by_step(summary: dict, cls: str, *path: str, scale: float = 1.0) -> list[tu
 def agent_charts(data: RunData, summary: dict, classes: list[str]) -> list[Chart]:
     """Charts read for agents: TPOT over time, cached ratio and spec acceptance by step, a
     session timeline, cached ratio and TTFT against the idle gap before a step."""
-    from workload.report.run_views import idle_gap_table
-
     s_tpot, s_cached, s_acc = [], [], []
     for i, cls in enumerate(classes):
         col = PALETTE[i % len(PALETTE)]
@@ -406,8 +404,6 @@ def session_timeline(data: RunData, rows: int = TIMELINE_ROWS) -> Chart:
 
 
 def _ticks(hi: float) -> list[float]:
-    from workload.report.charts import _nice_ticks
-
     return _nice_ticks(0.0, hi if hi > 0 else 1.0)
 
 
@@ -436,8 +432,6 @@ def mark_stages(chart: Chart, series: list[Series], offsets: list[tuple[float, s
     Scales x exactly as ``line_chart`` did (its ticks from the series' x range) and adds
     each boundary as one more dashed path (hover shows the stage), plus one legend entry.
     """
-    from workload.report.charts import _nice_ticks
-
     xs = [x for s in series for x, y in s.points if y is not None and math.isfinite(y)]
     if chart.empty or not xs or not offsets:
         return

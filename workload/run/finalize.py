@@ -9,14 +9,29 @@ The console's last line always says which and why.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workload.errors import EXIT_BAD_INPUT, EXIT_ERRORS, EXIT_OK, EXIT_PARTIAL, EXIT_SLO
-from workload.measure import artifacts
+from workload.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_ERRORS,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_SLO,
+    AgentloadError,
+)
+from workload.measure import artifacts, slo
+from workload.observe import metrics
+from workload.observe.safe import redact_url
+from workload.report.console import console_table
+from workload.report.run_report import write_run_report
+from workload.run.load_summary import arrival_lines, load_summary, stage_lines
+from workload.run.reconcile import reconcile
+from workload.run.replay import read_rows, trace_lines, trace_summary
 from workload.stopping import exit_code_for_signal
 
 log = logging.getLogger("agentload")
@@ -57,11 +72,6 @@ def finalize_run(spec: Any, m: Measured) -> int:
     The summary counts what the JSONL files hold (`workload.run.reconcile`); every file is
     written atomically; the console's last line gives the exit code and why.
     """
-    from workload.measure import slo
-    from workload.observe import metrics
-    from workload.report.console import console_table
-    from workload.run.reconcile import reconcile
-
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
     agg = reconcile(m.total, out, m.slos, wait=m.settle)
@@ -101,8 +111,6 @@ def finalize_run(spec: Any, m: Measured) -> int:
         if samples
         else None
     )
-
-    from workload.run.load_summary import load_summary
 
     load = load_summary(spec, out, slos, spec.arrival_t0 or m.started_wall)
     if load["arrivals"] is not None:
@@ -149,16 +157,12 @@ def finalize_run(spec: Any, m: Measured) -> int:
     }
     artifacts.write_json(out / "run.json", run)
     try:
-        from workload.report.run_report import write_run_report
-
         write_run_report(out)
     except Exception as e:  # noqa: BLE001 - the report must never lose the measurements
         log.warning("agentload: report.html not written: %s", e)
     print(console_table(summary), flush=True)
     if spec_check and spec_check["draft_tokens"]["server"]:
         print(_spec_line(spec_check), flush=True)
-    from workload.run.load_summary import arrival_lines, stage_lines
-    from workload.run.replay import trace_lines
 
     lines = stage_lines(load["stages"]) + arrival_lines(load["arrivals"])
     for line in lines + trace_lines(summary.get("trace")):
@@ -214,8 +218,6 @@ def _partial_reason(lost: list[dict[str, Any]]) -> str | None:
 
 
 def _signame(signum: int | None) -> str:
-    import signal
-
     try:
         return signal.Signals(int(signum or 0)).name
     except ValueError:
@@ -241,9 +243,6 @@ def _trace_block(
     spec: Any, out: Path, fingerprint: dict[str, Any], scrape: dict[str, Any], arrivals: Any
 ) -> dict[str, Any] | None:
     """`summary.trace` (workload.run.replay); None, with a warning, if the trace is unreadable."""
-    from workload.errors import AgentloadError
-    from workload.run.replay import read_rows, trace_summary
-
     try:
         return trace_summary(
             spec, read_rows(out), fingerprint=fingerprint, scrape=scrape, arrivals=arrivals
@@ -269,7 +268,5 @@ def _spec_line(check: dict[str, Any]) -> str:
 
 def _redacted_target(target: dict[str, Any]) -> dict[str, Any]:
     """The target as run.json keeps it: never a user:password@ from the URL."""
-    from workload.observe.safe import redact_url
-
     url = target.get("url") if isinstance(target, dict) else None
     return {**target, "url": redact_url(url)} if isinstance(url, str) else target

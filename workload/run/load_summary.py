@@ -23,6 +23,7 @@ from typing import Any
 from workload.measure import artifacts
 from workload.measure.slo import request_meets_slo, request_thresholds
 from workload.plan.arrivals import lateness_summary
+from workload.plan.stages import LoadStages
 
 # A session that starts more than this after its schedule counts as delayed; a p99 above
 # it means the generator fell behind (gevent wakes within ms on an idle machine; a busy
@@ -159,8 +160,6 @@ def stage_summary(
 
 def load_summary(spec: Any, out: Path, slos: Mapping[str, Mapping[str, Any]], t0: float) -> dict:
     """``{"arrivals": ..., "stages": ...}`` for run.json (either may be None)."""
-    from workload.plan.stages import LoadStages
-
     out = Path(out)
     sessions = _rows(out, "sessions")
     dropped = _rows(out, "dropped")

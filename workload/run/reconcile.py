@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from workload.measure import artifacts
-from workload.measure.records import RequestRecord, SessionRecord
+from workload.measure.records import SESSION_OUTCOMES, RequestRecord, SessionRecord
+from workload.measure.stats import Aggregate
 
 
 def settle(out: Path, *, quiet_s: float = 0.4, max_wait_s: float = 3.0) -> None:
@@ -60,8 +61,6 @@ def rebuild(out: Path, slos: dict[str, dict[str, float]]) -> Any:
     Per-gap ITL samples are not written to the JSONL, so a rebuilt aggregate has no
     ITL histogram; every other figure is the same as the live one's.
     """
-    from workload.measure.stats import Aggregate
-
     agg = Aggregate(slos)
     rf, sf = set(RequestRecord.__dataclass_fields__), set(SessionRecord.__dataclass_fields__)
     # Streamed row by row (a long run's rows as dicts would take GiBs), in read_records' order.
@@ -87,6 +86,4 @@ def reconcile(total: Any, out: Path, slos: dict[str, dict[str, float]], *, wait:
 
 
 def _outcomes() -> tuple[str, ...]:
-    from workload.measure.records import SESSION_OUTCOMES
-
     return SESSION_OUTCOMES

@@ -12,8 +12,10 @@ import contextlib
 import signal
 import sys
 
+from workload import memtrace
 from workload.errors import ArgParser, UsageError, run_edge
 from workload.sim.config import PRESETS, build_config
+from workload.sim.server import SimServer
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,8 +76,6 @@ def _log_startup(cfg) -> None:
 
 
 async def _serve(cfg, host: str, port: int, seed: int) -> int:
-    from workload.sim.server import SimServer
-
     server = SimServer(cfg, seed)
     try:
         bound = await server.start(host, port)
@@ -121,11 +121,10 @@ def _main(argv: list[str] | None) -> int:
         cfg.model_root = args.model
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
-    from workload import memtrace
 
     memtrace.start_from_env("sim")  # AGENTLOAD_TRACEMALLOC=path (soak diagnostics; off: no-op)
     try:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop  # type: ignore[import-not-found]  # deferred: optional, asyncio without
 
         runner = uvloop.run
     except ImportError:
