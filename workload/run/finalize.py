@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from workload.errors import (
     EXIT_PARTIAL,
     EXIT_SLO,
     AgentloadError,
+    print_error,
 )
 from workload.measure import artifacts, slo
 from workload.observe import metrics
@@ -78,31 +78,7 @@ def finalize_run(spec: Any, m: Measured) -> int:
     m.total = agg
     summary = agg.summary()
     slos = m.slos
-    try:
-        missing = "fail" if spec.require_slo_samples else "not_judged"
-        slo_results = slo.evaluate_slos(agg, slos, missing=missing)
-    except ValueError as e:
-        print(f"agentload: error: bad SLO: {e}", file=sys.stderr)
-        slo_results = []
-        code, why = EXIT_BAD_INPUT, f"bad SLO: {e}"
-    else:
-        code = exit_code_for(slo.error_ratio(summary), spec.max_error_ratio, slo_results)
-        why = outcome_reason(code, slo.error_ratio(summary), spec.max_error_ratio, slo_results)
-    ov = summary["overall"]
-    if code in (EXIT_OK, EXIT_SLO) and not (ov.get("ok") or ov.get("errors")):
-        # Nothing finished: a gate that passes here would pass a server that never answered.
-        code = EXIT_ERRORS
-        why = (
-            f"no request finished ({ov.get('cancelled') or 0} cancelled in flight), so nothing "
-            "was measured: give the run a --duration longer than the first answers take, and "
-            "check that users started"
-        )
-    partial_reason = _partial_reason(m.lost_workers)
-    if partial_reason and code in (EXIT_OK, EXIT_SLO):
-        code, why = EXIT_PARTIAL, f"partial run: {partial_reason}"
-    if m.stop_signal:
-        code = exit_code_for_signal(m.stop_signal)
-        why = f"interrupted ({_signame(m.stop_signal)})"
+    slo_results, code, why, partial_reason = _outcome(spec, m, agg, summary)
 
     samples = metrics.read_samples(out / "metrics.jsonl")
     scrape = metrics.scrape_summary(samples) if samples else {"absent": ["/metrics (not scraped)"]}
@@ -160,6 +136,53 @@ def finalize_run(spec: Any, m: Measured) -> int:
         write_run_report(out)
     except Exception as e:  # noqa: BLE001 - the report must never lose the measurements
         log.warning("agentload: report.html not written: %s", e)
+    _print_console(summary, spec_check, load, slo_results)
+    m.last_line = last_line(code, why, out)
+    if not m.defer_last_line:
+        print(m.last_line, flush=True)
+    return code
+
+
+def _outcome(
+    spec: Any, m: Measured, agg: Any, summary: dict[str, Any]
+) -> tuple[list[Any], int, str, str | None]:
+    """(SLO results, exit code, why, partial reason). Errors beat SLOs; a passing run where
+    nothing finished fails, one that lost a worker is partial; a stop signal's code wins."""
+    try:
+        missing = "fail" if spec.require_slo_samples else "not_judged"
+        slo_results = slo.evaluate_slos(agg, m.slos, missing=missing)
+    except ValueError as e:
+        print_error(f"bad SLO: {e}")
+        slo_results = []
+        code, why = EXIT_BAD_INPUT, f"bad SLO: {e}"
+    else:
+        code = exit_code_for(slo.error_ratio(summary), spec.max_error_ratio, slo_results)
+        why = outcome_reason(code, slo.error_ratio(summary), spec.max_error_ratio, slo_results)
+    ov = summary["overall"]
+    if code in (EXIT_OK, EXIT_SLO) and not (ov.get("ok") or ov.get("errors")):
+        # Nothing finished: a gate that passes here would pass a server that never answered.
+        code = EXIT_ERRORS
+        why = (
+            f"no request finished ({ov.get('cancelled') or 0} cancelled in flight), so nothing "
+            "was measured: give the run a --duration longer than the first answers take, and "
+            "check that users started"
+        )
+    partial_reason = _partial_reason(m.lost_workers)
+    if partial_reason and code in (EXIT_OK, EXIT_SLO):
+        code, why = EXIT_PARTIAL, f"partial run: {partial_reason}"
+    if m.stop_signal:
+        code = exit_code_for_signal(m.stop_signal)
+        why = f"interrupted ({_signame(m.stop_signal)})"
+    return slo_results, code, why, partial_reason
+
+
+def _print_console(
+    summary: dict[str, Any],
+    spec_check: dict[str, Any] | None,
+    load: dict[str, Any],
+    slo_results: list[Any],
+) -> None:
+    """The console's table, spec-decode, stage/arrival/trace lines and each SLO's result."""
     print(console_table(summary), flush=True)
     if spec_check and spec_check["draft_tokens"]["server"]:
         print(_spec_line(spec_check), flush=True)
@@ -170,10 +193,6 @@ def finalize_run(spec: Any, m: Measured) -> int:
     for r in slo_results:
         mark = "  PASS " if r.passed and r.judged else "  FAIL " if not r.passed else "  N/J  "
         print(mark + r.message, flush=True)
-    m.last_line = last_line(code, why, out)
-    if not m.defer_last_line:
-        print(m.last_line, flush=True)
-    return code
 
 
 def last_line(code: int, why: str, out: Path) -> str:

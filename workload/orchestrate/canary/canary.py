@@ -258,6 +258,8 @@ def run_canary(
     `servers` (side -> ServerSpec) are started by the canary; a side without one uses its URL.
     Returns the compare exit code (0 pass, 3 regression or candidate failed to start);
     raises CanaryError on bad input.
+
+    Long because of its signature (every canary option, 20 lines); the body is ~65 lines.
     """
     out_dir = Path(out_dir)
     _check_canary(mode, out_dir, blocks, early_stop)
