@@ -13,7 +13,7 @@ import signal
 import sys
 
 from workload import memtrace
-from workload.errors import ArgParser, UsageError, run_edge
+from workload.errors import ArgParser, SetupError, UsageError, run_edge
 from workload.sim.config import PRESETS, build_config
 from workload.sim.server import SimServer
 
@@ -80,10 +80,9 @@ async def _serve(cfg, host: str, port: int, seed: int) -> int:
     try:
         bound = await server.start(host, port)
     except OSError as e:
-        print(
-            f"agentload-sim: error: cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr
-        )
-        return 1
+        raise SetupError(
+            f"cannot listen on {host}:{port}: {e.strerror}; choose another --port (0: any free one)"
+        ) from None
     _log_startup(cfg)
     shown = f"[{host}]" if ":" in host else host
     print(f"agentload-sim listening on http://{shown}:{bound}", flush=True)
