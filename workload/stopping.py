@@ -27,6 +27,7 @@ with its artifacts complete.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -148,8 +149,6 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        import ctypes  # only on Linux, where prctl exists
-
         libc = ctypes.CDLL(None, use_errno=True)
         prctl = libc.prctl
     except (OSError, AttributeError):

@@ -220,6 +220,8 @@ def boot_quantiles_sorted(
     not one per latency), and the cumulative sum runs only over a window around the point
     quantile that holds every row's answer (widened until it does). The result is the same
     as the full sum, to the index. `wmax`: `row_totals(W)`, when the caller has it.
+    Long because it is the verdict's hot loop: the pivot, window and widening steps share
+    their arrays, and one function keeps them in one place.
     """
     n_boot, k_cl = W.shape
     outs: list[np.ndarray] = []

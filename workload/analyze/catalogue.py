@@ -75,7 +75,8 @@ STEP_METRICS = (
     "ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95", "itl_p50", "itl_p95", "e2e_p50", "e2e_p95",
 )  # fmt: skip
 # Rows of a slice (a class's tool-calling / free-text, streamed / not, step-range requests):
-# shown, never gated, used to say *where* a gated metric moved.
+# used to say *where* a gated metric moved; shown, not gated, except the request-kind
+# slices' tpot_shift and spec_acceptance_length (workload.analyze.slices.SLICE_GATED).
 SLICE_METRICS = (
     "ttft_p95", "tpot_p95", "e2e_p95", "ttft_shift", "tpot_shift", "e2e_shift",
     "spec_acceptance_length", "spec_acceptance_rate",

@@ -196,24 +196,46 @@ def scope_metrics(
     """Point estimates and bootstrap standard errors for `names` in one scope.
 
     `weights`: the scope's bootstrap weights when drawn already (`weights_ahead`), else
-    drawn here from `rng`.
+    drawn here from `rng`. Rows come out latency quantiles first, then shifts, then the
+    other kinds in `names` order.
     """
-    out: list[MetricDiff] = []
     Wa, Wb = weights if weights is not None else sc.weights(rng, n_boot)
-    idx = (sc.cl_a, sc.cl_b)
-    W = (Wa, Wb)
     # Every row of a weight matrix sums to its number of columns (one draw per cluster):
     # row_totals(W) without the pass over W.
     wmax = (float(Wa.shape[1]), float(Wb.shape[1]))
-    ps = sc.pair_share
+    # The values of every latency quantile and shift, sorted once, then their bootstrap
+    # quantiles in one batch per weight matrix (one product for all their pivots).
+    items: tuple[list, list] = ([], [])
+    lat_rows = _quantile_items(sc, names, items)
+    shifts = _shift_items(scope_name, sc, names, items)
+    if Wb is Wa:  # no one-sided sessions: one batch, one product for both sides
+        both_boot = boot_quantiles_sorted(items[0] + items[1], Wa, wmax[0])
+        boots = (both_boot[: len(items[0])], both_boot[len(items[0]) :])
+    else:
+        boots = (
+            boot_quantiles_sorted(items[0], Wa, wmax[0]),
+            boot_quantiles_sorted(items[1], Wb, wmax[1]),
+        )
+    out = _quantile_rows(scope_name, sc.pair_share, lat_rows, boots)
+    for m, item, med in shifts:
+        if item is not None:
+            _shift_se(m, med, boots[0][item][0])
+        out.append(m)
+    return out + _resampled_rows(scope_name, sc, names, (Wa, Wb), wmax, dur)
+
+
+# (latency, quantile names, qs, per side: (points, n, item number | None))
+_LatRow = tuple[str, list[str], list[float], list[tuple[list[float | None], int, int | None]]]
+
+
+def _quantile_items(sc: Scope, names: list[str], items: tuple[list, list]) -> list[_LatRow]:
+    """Each latency's sorted values per side appended to `items`; its rows' point estimates."""
+    idx = (sc.cl_a, sc.cl_b)
     lat_names: dict[str, list[str]] = {}
     for n in names:
         if METRICS[n].kind == "quantile":
             lat_names.setdefault(n.split("_")[0], []).append(n)
-    # The values of every latency quantile and shift, sorted once, then their bootstrap
-    # quantiles in one batch per weight matrix (one product for all their pivots).
-    items: tuple[list[tuple[np.ndarray, np.ndarray, list[float]]], ...] = ([], [])
-    lat_rows = []  # (latency, quantile names, qs, per side: (points, n, item number | None))
+    lat_rows: list[_LatRow] = []
     for lat, qnames in lat_names.items():
         qs = [QUANTILES[q.split("_")[1]] for q in qnames]
         both = _paired_requests(sc, lat)
@@ -234,7 +256,14 @@ def scope_metrics(
             sides.append((pts, len(sv), len(items[side])))
             items[side].append((sv, cl, qs))
         lat_rows.append((lat, qnames, qs, sides))
-    shifts: list[tuple[MetricDiff, int | None, float]] = []  # (row, index in A's items, median)
+    return lat_rows
+
+
+def _shift_items(
+    scope_name: str, sc: Scope, names: list[str], items: tuple[list, list]
+) -> list[tuple[MetricDiff, int | None, float]]:
+    """Each shift's row, its index in A's `items` (None: not resampled) and its median."""
+    shifts: list[tuple[MetricDiff, int | None, float]] = []
     for n in names:
         if METRICS[n].kind == "shift":
             m, boot_in = _shift_metric(scope_name, sc, n)
@@ -243,14 +272,14 @@ def scope_metrics(
                 continue
             shifts.append((m, len(items[0]), boot_in[2]))
             items[0].append((boot_in[0], boot_in[1], [0.5]))
-    if Wb is Wa:  # no one-sided sessions: one batch, one product for both sides
-        both_boot = boot_quantiles_sorted(items[0] + items[1], Wa, wmax[0])
-        boots = (both_boot[: len(items[0])], both_boot[len(items[0]) :])
-    else:
-        boots = (
-            boot_quantiles_sorted(items[0], Wa, wmax[0]),
-            boot_quantiles_sorted(items[1], Wb, wmax[1]),
-        )
+    return shifts
+
+
+def _quantile_rows(
+    scope_name: str, ps: float, lat_rows: list[_LatRow], boots: tuple[Any, Any]
+) -> list[MetricDiff]:
+    """The latency quantile rows, their standard errors from the bootstrap quantiles."""
+    out: list[MetricDiff] = []
     for _lat, qnames, qs, sides in lat_rows:
         (pa, na, ia), (pb, nb, ib) = sides
         ba = boots[0][ia] if ia is not None else None
@@ -264,10 +293,18 @@ def scope_metrics(
                 lr = np.log(bb[j]) - np.log(ba[j])
                 m.se = robust_se(lr)
             out.append(m)
-    for m, item, med in shifts:
-        if item is not None:
-            _shift_se(m, med, boots[0][item][0])
-        out.append(m)
+    return out
+
+
+def _resampled_rows(
+    scope_name: str,
+    sc: Scope,
+    names: list[str],
+    W: tuple[np.ndarray, np.ndarray],
+    wmax: tuple[float, float],
+    dur: tuple[float | None, float | None],
+) -> list[MetricDiff]:
+    """Ratio, mean, sum and count rows, in `names` order."""
     # Resampled sums of the ratios, means and throughput: the vectors first, then one
     # product per weight matrix for all of them (one pass over W, not one per vector).
     vecs: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
@@ -278,122 +315,154 @@ def scope_metrics(
 
     prep: dict[str, Any] = {}
     for n in names:
-        d = METRICS[n]
-        if d.kind in ("ratio", "mean"):
-            pt: list[float | None] = []
-            at: list[tuple[int, int] | None] = []
-            ns = []
-            for side in (0, 1):
-                sid, num, den = _ratio_parts(n, sc.reqs[side], sc.sess[side])
-                ns.append(len(sid))
-                sden = _pysum(den)
-                if not len(sid) or sden == 0:
-                    pt.append(None)
-                    at.append(None)
-                    continue
-                pt.append(float(_pysum(num) / sden))
-                if n in EXACT_RATIOS:  # judged on counts (_exact_counts), not resampled
-                    at.append(None)
-                    continue
-                cla = idx[side][sid]
-                k = W[side].shape[1]
-                at.append((want(side, cluster_sums(num, cla, k)), want(side, cluster_sums(den, cla, k))))  # fmt: skip
-            prep[n] = (pt, at, ns)
-        elif d.kind == "sum":
-            spt: list[float] = []
-            sat: list[int] = []
-            ns = []
-            for side in (0, 1):
-                rows = sc.reqs[side]
-                ok = rows.col("status") == 0
-                toks = rows.col("ctok")[ok]
-                cla = idx[side][rows.col("sid")[ok]]
-                ns.append(len(toks))
-                sums = (
-                    cluster_sums(toks, cla, W[side].shape[1])
-                    if len(toks)
-                    else np.zeros(W[side].shape[1])
-                )
-                spt.append(float(toks.sum()))
-                sat.append(want(side, sums))
-            prep[n] = (spt, sat, ns)
-    prods = (wdot_many(Wa, vecs[0], wmax[0]), wdot_many(Wb, vecs[1], wmax[1]))
+        kind = METRICS[n].kind
+        if kind in ("ratio", "mean"):
+            prep[n] = _ratio_parts_of(n, sc, W, want)
+        elif kind == "sum":
+            prep[n] = _sum_parts_of(sc, W, want)
+    prods = (wdot_many(W[0], vecs[0], wmax[0]), wdot_many(W[1], vecs[1], wmax[1]))
+    out: list[MetricDiff] = []
     for n in names:
-        d = METRICS[n]
-        if d.kind in ("ratio", "mean"):
-            pt, at, ns = prep[n]
-            bs: list[Any] = []
-            for side in (0, 1):
-                pos = at[side]
-                if pos is None:
-                    bs.append(None)
-                    continue
-                i_num, i_den = pos
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    bs.append(prods[side][i_num] / prods[side][i_den])
-            m = MetricDiff(scope_name, n, d.unit, d.change, pt[0], pt[1], ns[0], ns[1])
-            m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
-            if n in EXACT_RATIOS:
-                _exact_counts(m, n, sc)
-            elif min(ns) >= MIN_SAMPLES and pt[0] is not None and pt[1] is not None:
-                if d.change == "relative":
-                    if pt[0] > 0 and pt[1] > 0:
-                        m.change = pt[1] / pt[0] - 1.0
-                        m.se = robust_se(np.log(bs[1]) - np.log(bs[0]))
-                else:
-                    m.change = pt[1] - pt[0]
-                    diff = bs[1] - bs[0]
-                    # Zero spread in both runs: nothing can vary, so the metric cannot be flagged.
-                    m.se = (
-                        0.0
-                        if np.nanmax(np.abs(diff - m.change), initial=0) == 0
-                        else robust_se(diff)
-                    )
-            out.append(m)
-        elif d.kind == "sum":
-            da, db = dur
-            per = (da or 1.0, db or 1.0)
-            tot, sat, ns = prep[n]
-            spt = [tot[side] / per[side] for side in (0, 1)]
-            sbs = [prods[side][sat[side]] / per[side] for side in (0, 1)]
-            m = MetricDiff(
-                scope_name,
-                n,
-                d.unit if da and db else "tokens",
-                d.change,
-                spt[0],
-                spt[1],
-                ns[0],
-                ns[1],
-            )
-            m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
-            if min(ns) >= MIN_SAMPLES and spt[0] > 0 and spt[1] > 0:
-                m.change = spt[1] / spt[0] - 1.0
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    m.se = robust_se(np.log(sbs[1]) - np.log(sbs[0]))
-            out.append(m)
-        elif d.kind == "count":
-            counts = []
-            for side in (0, 1):
-                if n == "completed_sessions":
-                    ss = sc.sess[side]
-                    c = int((ss.col("outcome") == 0).sum()) if ss is not None else 0
-                else:
-                    c = int((sc.reqs[side].col("status") == 0).sum())
-                counts.append(c)
-            da, db = dur
-            scale = (60.0 / da, 60.0 / db) if da and db else (1.0, 1.0)
-            m = MetricDiff(
-                scope_name, n, d.unit if da and db else "count", d.change,
-                counts[0] * scale[0], counts[1] * scale[1], counts[0], counts[1],
-            )  # fmt: skip
-            m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
-            # Like every other metric: below MIN_SAMPLES per side it is reported, not judged
-            # (a 10 % change in 10 sessions is far inside Poisson noise, and a metric that
-            # cannot be flagged must not widen every other interval through Bonferroni).
-            if min(counts) >= MIN_SAMPLES:
-                ca, cb = counts[0] + 0.5, counts[1] + 0.5
-                m.change = (cb * scale[1]) / (ca * scale[0]) - 1.0
-                m.se = math.sqrt(1 / ca + 1 / cb)
-            out.append(m)
+        kind = METRICS[n].kind
+        if kind in ("ratio", "mean"):
+            out.append(_ratio_row(scope_name, sc, n, prep[n], prods))
+        elif kind == "sum":
+            out.append(_sum_row(scope_name, sc, n, prep[n], prods, dur))
+        elif kind == "count":
+            out.append(_count_row(scope_name, sc, n, dur))
     return out
+
+
+def _ratio_parts_of(
+    n: str, sc: Scope, W: tuple[np.ndarray, np.ndarray], want: Any
+) -> tuple[list[float | None], list[tuple[int, int] | None], list[int]]:
+    """A ratio's or mean's point per side, its numerator's and denominator's vector numbers
+    (None: not resampled) and its sample counts."""
+    idx = (sc.cl_a, sc.cl_b)
+    pt: list[float | None] = []
+    at: list[tuple[int, int] | None] = []
+    ns = []
+    for side in (0, 1):
+        sid, num, den = _ratio_parts(n, sc.reqs[side], sc.sess[side])
+        ns.append(len(sid))
+        sden = _pysum(den)
+        if not len(sid) or sden == 0:
+            pt.append(None)
+            at.append(None)
+            continue
+        pt.append(float(_pysum(num) / sden))
+        if n in EXACT_RATIOS:  # judged on counts (_exact_counts), not resampled
+            at.append(None)
+            continue
+        cla = idx[side][sid]
+        k = W[side].shape[1]
+        at.append((want(side, cluster_sums(num, cla, k)), want(side, cluster_sums(den, cla, k))))
+    return pt, at, ns
+
+
+def _sum_parts_of(
+    sc: Scope, W: tuple[np.ndarray, np.ndarray], want: Any
+) -> tuple[list[float], list[int], list[int]]:
+    """Output tokens per side: the total, its cluster sums' vector number, the count."""
+    idx = (sc.cl_a, sc.cl_b)
+    spt: list[float] = []
+    sat: list[int] = []
+    ns = []
+    for side in (0, 1):
+        rows = sc.reqs[side]
+        ok = rows.col("status") == 0
+        toks = rows.col("ctok")[ok]
+        cla = idx[side][rows.col("sid")[ok]]
+        ns.append(len(toks))
+        sums = (
+            cluster_sums(toks, cla, W[side].shape[1]) if len(toks) else np.zeros(W[side].shape[1])
+        )
+        spt.append(float(toks.sum()))
+        sat.append(want(side, sums))
+    return spt, sat, ns
+
+
+def _ratio_row(scope_name: str, sc: Scope, n: str, prep: Any, prods: tuple[Any, Any]) -> MetricDiff:
+    """A ratio or mean: relative or absolute change, its SE from the resampled ratios."""
+    d = METRICS[n]
+    pt, at, ns = prep
+    bs: list[Any] = []
+    for side in (0, 1):
+        pos = at[side]
+        if pos is None:
+            bs.append(None)
+            continue
+        i_num, i_den = pos
+        with np.errstate(invalid="ignore", divide="ignore"):
+            bs.append(prods[side][i_num] / prods[side][i_den])
+    m = MetricDiff(scope_name, n, d.unit, d.change, pt[0], pt[1], ns[0], ns[1])
+    m.paired_share, m.higher_is_worse = sc.pair_share, d.higher_is_worse
+    if n in EXACT_RATIOS:
+        _exact_counts(m, n, sc)
+    elif min(ns) >= MIN_SAMPLES and pt[0] is not None and pt[1] is not None:
+        if d.change == "relative":
+            if pt[0] > 0 and pt[1] > 0:
+                m.change = pt[1] / pt[0] - 1.0
+                m.se = robust_se(np.log(bs[1]) - np.log(bs[0]))
+        else:
+            m.change = pt[1] - pt[0]
+            diff = bs[1] - bs[0]
+            # Zero spread in both runs: nothing can vary, so the metric cannot be flagged.
+            m.se = 0.0 if np.nanmax(np.abs(diff - m.change), initial=0) == 0 else robust_se(diff)
+    return m
+
+
+def _sum_row(
+    scope_name: str,
+    sc: Scope,
+    n: str,
+    prep: Any,
+    prods: tuple[Any, Any],
+    dur: tuple[float | None, float | None],
+) -> MetricDiff:
+    """Throughput: tokens per second of each run (tokens when a duration is missing)."""
+    d = METRICS[n]
+    da, db = dur
+    per = (da or 1.0, db or 1.0)
+    tot, sat, ns = prep
+    spt = [tot[side] / per[side] for side in (0, 1)]
+    sbs = [prods[side][sat[side]] / per[side] for side in (0, 1)]
+    m = MetricDiff(
+        scope_name, n, d.unit if da and db else "tokens", d.change, spt[0], spt[1], ns[0], ns[1]
+    )
+    m.paired_share, m.higher_is_worse = sc.pair_share, d.higher_is_worse
+    if min(ns) >= MIN_SAMPLES and spt[0] > 0 and spt[1] > 0:
+        m.change = spt[1] / spt[0] - 1.0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m.se = robust_se(np.log(sbs[1]) - np.log(sbs[0]))
+    return m
+
+
+def _count_row(
+    scope_name: str, sc: Scope, n: str, dur: tuple[float | None, float | None]
+) -> MetricDiff:
+    """A count per minute (a count when a duration is missing), its SE from Poisson."""
+    d = METRICS[n]
+    counts = []
+    for side in (0, 1):
+        if n == "completed_sessions":
+            ss = sc.sess[side]
+            c = int((ss.col("outcome") == 0).sum()) if ss is not None else 0
+        else:
+            c = int((sc.reqs[side].col("status") == 0).sum())
+        counts.append(c)
+    da, db = dur
+    scale = (60.0 / da, 60.0 / db) if da and db else (1.0, 1.0)
+    m = MetricDiff(
+        scope_name, n, d.unit if da and db else "count", d.change,
+        counts[0] * scale[0], counts[1] * scale[1], counts[0], counts[1],
+    )  # fmt: skip
+    m.paired_share, m.higher_is_worse = sc.pair_share, d.higher_is_worse
+    # Like every other metric: below MIN_SAMPLES per side it is reported, not judged
+    # (a 10 % change in 10 sessions is far inside Poisson noise, and a metric that
+    # cannot be flagged must not widen every other interval through Bonferroni).
+    if min(counts) >= MIN_SAMPLES:
+        ca, cb = counts[0] + 0.5, counts[1] + 0.5
+        m.change = (cb * scale[1]) / (ca * scale[0]) - 1.0
+        m.se = math.sqrt(1 / ca + 1 / cb)
+    return m

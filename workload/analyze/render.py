@@ -149,6 +149,19 @@ def render_text(c: Comparison) -> str:
         f"B (candidate): {sanitize(pb)}",
         "",
     ]
+    lines += _fingerprint_lines(c) + _gated_lines(c)
+    lines.append("")
+    lines += _detail_lines(c) + _slice_lines(c) + _step_lines(c) + _error_lines(c)
+    lines += _tool_loop_lines(c) + _closing_lines(c)
+    return "\n".join(lines)
+
+
+HEADER = ["scope", "metric", "A", "B", "change [CI]", "threshold", "verdict"]
+
+
+def _fingerprint_lines(c: Comparison) -> list[str]:
+    """What changed besides the code, when anything did."""
+    lines: list[str] = []
     if c.fingerprint_diff:
         lines.append("What changed besides the code (fingerprint / labels):")
         lines += [
@@ -162,7 +175,12 @@ def render_text(c: Comparison) -> str:
             )
         ]
         lines.append("")
-    hdr = ["scope", "metric", "A", "B", "change [CI]", "threshold", "verdict"]
+    return lines
+
+
+def _gated_lines(c: Comparison) -> list[str]:
+    """The gated rows and how they are gated."""
+    lines: list[str] = []
     gated = sorted(c.rows(gated=True), key=_order)
     lines.append(
         f"Gated metrics ({c.gated_count} counted; intervals {100 * c.confidence:g} % family-wise"
@@ -173,7 +191,7 @@ def render_text(c: Comparison) -> str:
     lines += [
         "  " + ln
         for ln in _table(
-            hdr,
+            HEADER,
             [
                 [
                     m.scope,
@@ -188,7 +206,12 @@ def render_text(c: Comparison) -> str:
             ],
         )
     ]
-    lines.append("")
+    return lines
+
+
+def _detail_lines(c: Comparison) -> list[str]:
+    """The rows shown but not gated (steps and slices have their own tables)."""
+    lines: list[str] = []
     lines.append(f"Details (not gated; {100 * c.confidence:g} % intervals per metric):")
     detail = [
         m
@@ -201,7 +224,7 @@ def render_text(c: Comparison) -> str:
     lines += [
         "  " + ln
         for ln in _table(
-            hdr[:-2] + ["verdict"],
+            HEADER[:-2] + ["verdict"],
             [
                 [
                     m.scope,
@@ -215,13 +238,22 @@ def render_text(c: Comparison) -> str:
             ],
         )
     ]
+    return lines
+
+
+def _slice_lines(c: Comparison) -> list[str]:
+    """The slice rows that moved."""
+    lines: list[str] = []
     moved = [
         m
         for m in c.metrics
         if m.scope.startswith("slice:") and m.verdict in (VERDICT_WORSE, VERDICT_BETTER)
     ]
     if moved:
-        lines += ["", "Slices that moved (shown, never gated; per-metric intervals):"]
+        lines += [
+            "",
+            "Slices that moved (request-kind TPOT shift and acceptance length gate, above):",
+        ]
         lines += [
             "  " + ln
             for ln in _table(
@@ -239,6 +271,12 @@ def render_text(c: Comparison) -> str:
                 ],
             )  # fmt: skip
         ]
+    return lines
+
+
+def _step_lines(c: Comparison) -> list[str]:
+    """TTFT p95 per session step."""
+    lines: list[str] = []
     steps = [
         m
         for m in c.metrics
@@ -262,6 +300,12 @@ def render_text(c: Comparison) -> str:
                 ],
             )
         ]
+    return lines
+
+
+def _error_lines(c: Comparison) -> list[str]:
+    """Error kinds of both runs."""
+    lines: list[str] = []
     kinds = sorted(
         set(c.error_kinds["a"].get("overall", {})) | set(c.error_kinds["b"].get("overall", {}))
     )
@@ -274,6 +318,12 @@ def render_text(c: Comparison) -> str:
                 for k in kinds
             ),
         ]
+    return lines
+
+
+def _tool_loop_lines(c: Comparison) -> list[str]:
+    """The first tool-loop failures of each run."""
+    lines: list[str] = []
     for side, name in (("b", "B"), ("a", "A")):
         ex = c.tool_loop.get(side) or []
         if ex:
@@ -294,6 +344,12 @@ def render_text(c: Comparison) -> str:
                     ],
                 )  # fmt: skip
             ]
+    return lines
+
+
+def _closing_lines(c: Comparison) -> list[str]:
+    """Where else, warnings, and the verdict line."""
+    lines: list[str] = []
     if c.where[2:]:
         lines += ["", "Where else:"] + [f"  {w}" for w in c.where[2:]]
     for w in c.warnings:
@@ -303,4 +359,4 @@ def render_text(c: Comparison) -> str:
         if skipped:
             lines.append(f"warning: {sanitize(skipped)}")
     lines += ["", f"VERDICT: {c.verdict.upper()} (exit {c.exit_code})"]
-    return "\n".join(lines)
+    return lines

@@ -2,9 +2,10 @@
 
 A slice is the requests of one class that share a kind: tool-calling or free text
 (a (session, step) counts as tool-calling when either side's reply carried tool
-calls), streamed or not, and a step range (1-3, 4-10, 11+). Slice rows are shown,
-never gated: they say *where* a gated metric moved, and, with the per-request
-spec-decode stats, sometimes why.
+calls), streamed or not, and a step range (1-3, 4-10, 11+). Slice rows say *where* a
+gated metric moved, and, with the per-request spec-decode stats, sometimes why. They are
+shown, not gated, except two rows of each request-kind slice (``SLICE_GATED`` of
+``KIND_SLICES``: the per-token shift and the spec-decode acceptance length), which gate.
 """
 
 from __future__ import annotations

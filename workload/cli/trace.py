@@ -13,7 +13,17 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+
 from workload.errors import ArgParser, UsageError
+from workload.plan.traces import (
+    FORMATS,
+    export_run,
+    fit_profile,
+    read_trace,
+    summarize,
+    write_trace,
+)
 
 SHOW_BAD = 10  # bad lines printed one by one; the rest are counted
 
@@ -41,8 +51,6 @@ def _add_read_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from workload.plan.traces import FORMATS
-
     p = ArgParser(prog="agentload trace", description="Import, fit and export request traces.")
     sub = p.add_subparsers(dest="what", required=True, parser_class=ArgParser)
     imp = sub.add_parser("import", help="read a trace, print a summary, write our JSONL")
@@ -95,8 +103,6 @@ def _summary_lines(s: dict) -> list[str]:
 
 
 def _read(args: argparse.Namespace, fmt: str):  # type: ignore[no-untyped-def]
-    from workload.plan.traces import read_trace
-
     trace = read_trace(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
     _report_bad(trace)
     if not trace.requests:
@@ -107,8 +113,6 @@ def _read(args: argparse.Namespace, fmt: str):  # type: ignore[no-untyped-def]
 def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.what == "import":
-        from workload.plan.traces import summarize, write_trace
-
         trace = _read(args, args.format)
         print("\n".join(_summary_lines(summarize(trace))))
         if args.out:
@@ -116,16 +120,11 @@ def _run(argv: list[str]) -> int:
             print(f"wrote     {n} requests to {args.out}")
         return 0
     if args.what == "fit":
-        import yaml
-
-        from workload.plan.traces import fit_profile
-
         trace = _read(args, args.format)
         prof = fit_profile(trace, name=args.name or Path(args.out).stem)
         Path(args.out).write_text(yaml.safe_dump(prof, sort_keys=False))
         print(f"agentload: wrote profile {args.out} ({prof['description']})")
         return 0
-    from workload.plan.traces import export_run
 
     res = export_run(args.run_dir, args.out)
     for s in res.skipped[:SHOW_BAD]:

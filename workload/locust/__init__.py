@@ -13,8 +13,9 @@ Write your own locustfile around agentload's sessions::
 Import the module, not the class name, so Locust does not also pick up
 `AgentUser` itself from your module's globals.
 
-The names below load on first use, so `workload.orchestrate.child_argv` (argv
-building, used by the CLI) can be imported without importing locust.
+The names below load on first use, so the package's Locust-free modules import
+without importing locust: `python -m workload.locust.launch` imports it only inside its
+entry-point cache, and in-process tests (`open_loop`, `health`, `options`) stay unpatched.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ __all__ = ["AgentUser", "assign_class", "play", "register"]
 
 def __getattr__(name: str) -> Any:
     if name == "register":
-        from workload.locust.plugin import register
+        from workload.locust.plugin import register  # deferred: imports locust, see above
 
         return register
     if name in ("AgentUser", "assign_class", "play"):
-        from workload.locust import users
+        from workload.locust import users  # deferred: imports locust, see above
 
         return getattr(users, name)
     raise AttributeError(f"module 'workload.locust' has no attribute {name!r}")

@@ -23,11 +23,16 @@ What the run saw goes to run.json as ``generator_health`` (``summary()``) and to
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
 
 import gevent
+import psutil
+from flask import request
+
+from workload.locust.runtime import role_of
 
 log = logging.getLogger("agentload")
 
@@ -49,8 +54,6 @@ class GeneratorHealth:
         lag_threshold_ms: float = LAG_THRESHOLD_MS,
         warn: Any = None,
     ) -> None:
-        import psutil
-
         self._proc = psutil.Process()
         self._proc.cpu_percent(None)  # starts the interval
         self._master = master  # a Locust MasterRunner: judge its workers instead
@@ -137,8 +140,6 @@ def register(environment: Any) -> None:
 
 
 def _on_test_start(environment: Any, **_kw: Any) -> None:
-    from workload.locust.runtime import role_of
-
     rt = getattr(environment, "agentload", None)
     if rt is None:
         return
@@ -157,10 +158,6 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
 
 
 def _install_web(environment: Any) -> None:
-    import json
-
-    from flask import request
-
     @environment.web_ui.app.after_request
     def _health(response):  # type: ignore[no-untyped-def]
         if request.path != "/stats/requests" or response.status_code != 200:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from importlib import metadata
 
 from workload.errors import EXIT_SIGINT
 from workload.stopping import READY_FD_ENV
@@ -27,6 +28,7 @@ def main() -> int:
                 os.write(int(fd), b"1")
                 os.close(int(fd))
         with _entry_points_read_once():
+            # deferred: `import locust` is what the ready signal and the entry-point cache wrap
             from locust.main import main as locust_main
         locust_main()  # exits through sys.exit with Locust's own status
     except KeyboardInterrupt:
@@ -39,8 +41,6 @@ def _entry_points_read_once():  # type: ignore[no-untyped-def]
     """`import locust` runs gevent's monkey-patching, which looks up plugin entry points
     for each of its 25 events, each lookup reading every installed package's metadata:
     about 0.1 CPU-s per Locust process. While Locust is imported the metadata is read once."""
-    from importlib import metadata
-
     real = metadata.entry_points
     everything = real()
 

@@ -23,6 +23,7 @@ from typing import Any
 from locust import LoadTestShape
 
 from workload.errors import AgentloadError
+from workload.locust.options import spec_from_options
 from workload.plan.stages import LoadStages
 
 log = logging.getLogger("agentload")
@@ -71,8 +72,6 @@ class StagesShape(LoadTestShape):
 
 def install_shape(environment: Any) -> None:
     """Set ``environment.shape_class`` when the run's profile has stages (else leave it)."""
-    from workload.locust.options import spec_from_options
-
     opts = environment.parsed_options
     if opts is None or environment.shape_class is not None:
         return

@@ -30,8 +30,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workload.plan.arrivals import ArrivalSchedule, InFlightGate, share_of_cap
-from workload.plan.load_model import ClassPicker, Stream, streams
+import gevent
+import gevent.pool
+
+from workload.measure import artifacts
+from workload.plan.arrivals import ArrivalSchedule, ArrivalSpec, InFlightGate, share_of_cap
+from workload.plan.load_model import ClassPicker, Stream, is_open_loop, streams
+from workload.plan.stages import LoadStages
+from workload.plan.traces import (
+    TRACE_CLASS,
+    TRACE_STREAM,
+    TracePrompts,
+    TraceSchedule,
+    TraceSession,
+)
+from workload.run.replay import replay_for_process
 
 log = logging.getLogger("agentload")
 
@@ -138,8 +151,6 @@ class StreamDriver:
 
 
 def _gevent_sleep(s: float) -> None:
-    import gevent
-
     gevent.sleep(s)
 
 
@@ -150,8 +161,6 @@ class OpenLoop:
     """A process's arrival drivers, their session greenlets, and the drop log."""
 
     def __init__(self, rt: Any) -> None:
-        import gevent.pool
-
         self.rt = rt
         self.sessions = gevent.pool.Group()
         self.loops: list[Any] = []
@@ -161,8 +170,6 @@ class OpenLoop:
         self.prompts: Any = None
 
     def start(self) -> None:
-        import gevent
-
         rt, spec = self.rt, self.rt.spec
         worker = int(rt.worker_name) if rt.role == "worker" else 0
         n_workers = spec.workers if rt.role == "worker" else 1
@@ -189,12 +196,6 @@ class OpenLoop:
             self.loops.append(gevent.spawn(driver.run))
 
     def _start_trace(self, worker: int, n_workers: int, t0: float) -> None:
-        import gevent
-
-        from workload.plan.arrivals import ArrivalSpec
-        from workload.plan.traces import TRACE_CLASS, TRACE_STREAM, TracePrompts, TraceSchedule
-        from workload.run.replay import replay_for_process
-
         rt, spec = self.rt, self.rt.spec
         self.replay = replay_for_process(spec)  # SetupError: the plugin says it in one line
         self.prompts = TracePrompts(rt.planner.tokenizer, seed=spec.seed)
@@ -236,7 +237,6 @@ class OpenLoop:
         rt = self.rt
         if self.replay is None:
             return rt.planner.new_session(a.class_name, a.k, 0)
-        from workload.plan.traces import TraceSession
 
         req = self.replay.requests[a.k]
         return TraceSession(a.k, req, model=rt.model, prompt=lambda: self.prompts.prompt(a.k, req))
@@ -245,7 +245,7 @@ class OpenLoop:
         self.sessions.spawn(self._play, a, done)
 
     def _play(self, a: Arrival, done: Callable[[], None]) -> None:
-        from workload.locust.users import play
+        from workload.locust.users import play  # deferred: users imports locust, tests do not
 
         rt = self.rt
         try:
@@ -258,8 +258,6 @@ class OpenLoop:
             done()
 
     def _record_drop(self, a: Arrival, reason: str) -> None:
-        from workload.measure import artifacts
-
         rt = self.rt
         if self._drop_writer is None:
             suffix = f"-{rt.worker_name}" if rt.role == "worker" else ""
@@ -290,8 +288,6 @@ class OpenLoop:
 
 
 def _rate_segments(profile: Any) -> list[tuple[float, float, float, float]] | None:
-    from workload.plan.stages import LoadStages
-
     stages = profile.run.stages
     if not stages or stages[0].dimension != "arrival_rate":
         return None
@@ -300,8 +296,6 @@ def _rate_segments(profile: Any) -> list[tuple[float, float, float, float]] | No
 
 def stamp_t0(rt: Any) -> None:
     """Master / local: fix the instant the arrival schedules (and stages) start."""
-    from workload.plan.load_model import is_open_loop
-
     if not (is_open_loop(rt.spec.profile) or rt.spec.profile.run.stages or rt.spec.trace):
         return
     lead = DISTRIBUTED_LEAD_S if rt.role == "master" else 0.0

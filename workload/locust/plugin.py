@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,15 @@ from workload import memtrace
 from workload.errors import EXIT_BAD_INPUT, AgentloadError, print_error
 from workload.locust import health, open_loop, run_clock, signals, warmup, webui, workers
 from workload.locust import options as options_mod
-from workload.locust.runtime import MSG_TRACE_DONE, MSG_USER_DONE, AgentRuntime
+from workload.locust.load_shape import install_shape
+from workload.locust.options import form_changed, reresolve, spec_from_options
+from workload.locust.runtime import MSG_TRACE_DONE, MSG_USER_DONE, AgentRuntime, role_of
 from workload.measure import artifacts
+from workload.measure.stats import Aggregate
 from workload.observe.safe import redact_url, sanitize
+from workload.plan.load_model import closed_classes, is_open_loop
+from workload.report.console import progress_line
+from workload.run.finalize import finalize_run
 
 log = logging.getLogger("agentload")
 
@@ -54,7 +61,6 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     environment.agentload = None
     if environment.parsed_options is None:
         return
-    from workload.locust.runtime import role_of
 
     role = role_of(environment)
     # These two events carry no environment: bind it here, once per process.
@@ -70,8 +76,6 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         webui.prefill_form(environment)
         webui.announce(environment)
     if role != "worker":
-        from workload.locust.load_shape import install_shape
-
         install_shape(environment)
         run_clock.take_over_run_time(environment)
     health.register(environment)
@@ -96,7 +100,6 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
     opts = environment.parsed_options
     if opts is None:
         return
-    from workload.locust.runtime import role_of
 
     role = role_of(environment)
     signals.install_signal_handlers(environment, role)
@@ -186,8 +189,6 @@ def restore_gc() -> None:
 def _spec_for(environment: Any, role: str, previous: AgentRuntime | None) -> Any:
     """This test's RunSpec: the master's on a worker; otherwise the one given (resolved once),
     re-resolved only when the start form changed it. Raises AgentloadError."""
-    from workload.locust.options import form_changed, reresolve, spec_from_options
-
     opts = environment.parsed_options
     runner = environment.runner
     workers = max(1, runner.worker_count) if role == "master" else 1
@@ -225,8 +226,6 @@ def _next_run(spec: Any, form_out: str, previous: AgentRuntime) -> Any:
 
 
 def _progress_loop(rt: AgentRuntime) -> None:
-    from workload.report.console import progress_line
-
     interval = rt.spec.progress_interval
     while True:
         gevent.sleep(interval)
@@ -238,16 +237,12 @@ def _progress_loop(rt: AgentRuntime) -> None:
 
 def _open_loop(rt: AgentRuntime) -> bool:
     """Every session starts by an arrival process (no closed-loop class runs users)."""
-    from workload.plan.load_model import closed_classes, is_open_loop
-
     stages = rt.spec.profile.run.stages
     rate_stages = bool(stages and getattr(stages[0], "arrival_rate", None) is not None)
     return (rate_stages or is_open_loop(rt.spec.profile)) and not closed_classes(rt.spec.profile)
 
 
 def _elapsed(rt: AgentRuntime) -> float:
-    import time
-
     return time.time() - rt.started_wall
 
 
@@ -290,7 +285,6 @@ def _on_worker_report(env: Any, client_id: str, data: dict, **_kw: Any) -> None:
     rt = env.agentload
     if rt is None or "agentload" not in data:
         return
-    from workload.measure.stats import Aggregate
 
     rt.total.merge(Aggregate.from_dict(data["agentload"], slos_by_class=rt.slos))
 
@@ -360,8 +354,6 @@ def _locust_request_count(rt: AgentRuntime) -> int | None:
 
 def _finish(rt: AgentRuntime) -> int:
     """Write the run's summary once (web mode: at test stop, then quitting reuses it)."""
-    from workload.run.finalize import finalize_run
-
     if rt.finalized:
         return rt.exit_code
     rt.finalized = True

@@ -18,11 +18,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workload.errors import SetupError
+import gevent
+
+from workload.errors import ProfileError, SetupError, TokenizerUnavailable
 from workload.locust.pacing import Pacer
 from workload.measure import artifacts
+from workload.measure.client import Client
 from workload.measure.records import STATUS_CANCELLED, RequestRecord, SessionRecord
+from workload.measure.stats import Aggregate
+from workload.measure.transport import read_stamps
+from workload.observe import fingerprint, metrics
 from workload.observe.target import probe_target
+from workload.plan.load_model import closed_classes
+from workload.plan.sessions import SessionPlanner
+from workload.plan.tokens import get_tokenizer
 from workload.run.finalize import Measured
 from workload.run.spec import RunSpec
 
@@ -33,6 +42,7 @@ MSG_TRACE_DONE = "agentload_trace_done"
 
 
 def role_of(environment: Any) -> str:
+    # deferred: health imports this module, and tests import health without Locust's patching
     from locust.runners import MasterRunner, WorkerRunner
 
     if isinstance(environment.runner, MasterRunner):
@@ -51,8 +61,6 @@ class AgentRuntime:
     """
 
     def __init__(self, environment: Any, spec: RunSpec) -> None:
-        from workload.measure.stats import Aggregate
-
         self.env = environment
         self.spec = spec
         self.role = role_of(environment)
@@ -115,12 +123,6 @@ class AgentRuntime:
     # ---- preparation -------------------------------------------------------------------------
     def prepare(self) -> None:
         """Find the model, build planner and client. Raises SetupError."""
-        from workload.errors import ProfileError, TokenizerUnavailable
-        from workload.measure.client import Client
-        from workload.measure.stats import Aggregate
-        from workload.plan.sessions import SessionPlanner
-        from workload.plan.tokens import get_tokenizer
-
         spec = self.spec
         host = (self.env.host or spec.host or "").rstrip("/")
         if not host:
@@ -157,7 +159,6 @@ class AgentRuntime:
         self.slos = self.spec.slos()
         self.total = Aggregate(self.slos)
         self.delta = Aggregate(self.slos)
-        from workload.plan.load_model import closed_classes
 
         # Open-loop classes start by schedule; a trace replay plays only the trace.
         self.class_table = [] if spec.trace else closed_classes(spec.profile)
@@ -174,8 +175,6 @@ class AgentRuntime:
 
     def start_observers(self) -> None:
         """Master/local: fingerprint the server and start scraping /metrics."""
-        from workload.observe import fingerprint, metrics
-
         host = self.target.get("url") or self.spec.host
         api_key = self.api_key()
         log_text = None
@@ -288,7 +287,6 @@ class AgentRuntime:
     def _health_summary(self) -> dict[str, Any] | None:
         if self.health is None:
             return None
-        from workload.measure.transport import read_stamps
 
         host = self.target.get("url") or self.spec.host or ""
         # how response reads were stamped: "kernel" (when the bytes arrived) or "user"
@@ -309,6 +307,4 @@ class RequestFailed(Exception):
 
 
 def gevent_spawn(fn) -> None:  # type: ignore[no-untyped-def]
-    import gevent
-
     gevent.spawn_later(0.05, fn)

@@ -29,6 +29,11 @@ import os
 import sys
 from pathlib import Path
 
+import gevent
+
+from workload.plan.prompts import synth_for
+from workload.plan.tokens import get_tokenizer
+
 log = logging.getLogger("agentload")
 
 # Seconds without a heartbeat before the master calls a worker missing (Locust's default: ~4).
@@ -78,19 +83,12 @@ def tokenizer_choice(argv: list[str]) -> str:
 
 
 def warm(tokenizer: str = "tiktoken") -> None:
-    """Import what a runtime's set-up imports and build the offline tokenizer's prompt corpus
-    (process-wide caches), so a forked worker's test_start has little left to do."""
+    """Build the offline tokenizer's prompt corpus (a process-wide cache; the runtime's modules
+    are already imported with the plugin), so a forked worker's test_start has little left."""
     global _warmed
     if _warmed:
         return
     _warmed = True
-    import workload.measure.client  # noqa: F401
-    import workload.measure.stats  # noqa: F401
-    import workload.plan.load_model  # noqa: F401
-    import workload.plan.sessions  # noqa: F401
-    from workload.plan.prompts import synth_for
-    from workload.plan.tokens import get_tokenizer
-
     if tokenizer != "server":
         synth_for(get_tokenizer("tiktoken:cl100k_base"))
 
@@ -101,13 +99,11 @@ def raise_heartbeat_tolerance(seconds: int = HEARTBEAT_TOLERANCE_S) -> None:
     Locust reads its module constant each time it (re)arms a worker's counter, and the
     counter drops by one per second: a worker is missing once it goes below zero.
     """
-    from locust import runners
+    from locust import runners  # deferred: tests import this module without Locust's patching
 
     runners.HEARTBEAT_LIVENESS = max(int(runners.HEARTBEAT_LIVENESS), seconds - 1)
 
 
 def yield_to_loop() -> None:
     """Let other greenlets (the worker's heartbeat) run between set-up steps."""
-    import gevent
-
     gevent.sleep(0.001)  # a real (tiny) sleep: the loop polls and runs due timers

@@ -25,9 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+from flask import Response, jsonify, request
 
 from workload.errors import AgentloadError
+from workload.locust.options import spec_from_options
 from workload.measure.window import AgentHistory
+from workload.report.console import step_rows, view_row
 
 log = logging.getLogger("agentload")
 
@@ -61,8 +64,6 @@ COLUMNS = [
 
 def install(environment: Any) -> None:
     """Add our tabs, their rows in every stats poll, the history endpoint and the script."""
-    from flask import request
-
     web_ui = environment.web_ui
     environment.agentload_history = AgentHistory()
     web_ui.template_args["extended_tabs"] = [
@@ -76,14 +77,10 @@ def install(environment: Any) -> None:
 
     @web_ui.app.route("/agentload/history")
     def _history():  # type: ignore[no-untyped-def]
-        from flask import jsonify
-
         return jsonify(environment.agentload_history.to_dict())
 
     @web_ui.app.route("/agentload/webui.js")
     def _script():  # type: ignore[no-untyped-def]
-        from flask import Response
-
         return Response(SCRIPT.read_text(), mimetype="text/javascript")
 
     @web_ui.app.after_request
@@ -119,8 +116,6 @@ def install(environment: Any) -> None:
 def rows_for(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Table rows: overall, then each class followed by its (class, step) rows in step order
     (webui.js folds a class's step rows under it)."""
-    from workload.report.console import step_rows, view_row
-
     steps: dict[str, list[dict[str, Any]]] = {}
     for label, v in step_rows(summary):
         steps.setdefault(label.rpartition(" #")[0], []).append(view_row(label, v) | {"goodput": ""})
@@ -131,8 +126,6 @@ def rows_for(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _row(label: str, view: dict[str, Any]) -> dict[str, Any]:
-    from workload.report.console import view_row
-
     goodput = (view.get("sessions") or {}).get("goodput_per_min")
     return view_row(label, view) | {"goodput": "" if goodput is None else round(goodput, 1)}
 
@@ -159,8 +152,6 @@ def announce(environment: Any) -> None:
 def prefill_form(environment: Any) -> None:
     """Start-form defaults from the run: the profile's users, spawn rate and run time,
     unless Locust's command line gave them. A bad profile is reported when a test starts."""
-    from workload.locust.options import spec_from_options
-
     opts = environment.parsed_options
     try:
         spec = spec_from_options(opts, environment.host or "", 1)

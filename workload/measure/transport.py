@@ -150,6 +150,7 @@ def read_stamps(base_url: str) -> str:
 
 
 def _make_pools() -> tuple[type[Any], type[Any]]:  # classes made here, after the import
+    # start-up: geventhttpclient costs ~0.09 s and `agentload --help` imports this module
     from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 
     class _FreshMark:
@@ -187,7 +188,7 @@ class _GeventResponse:
         r.block_size = READ_BLOCK
 
     def readline(self) -> bytes:
-        from geventhttpclient.response import HTTPParseError
+        from geventhttpclient.response import HTTPParseError  # start-up: see _make_pools
 
         try:
             line: bytes = self._r.readline(b"\n")
@@ -198,7 +199,7 @@ class _GeventResponse:
             raise TransportError("stream_reset", f"connection lost mid-body: {e!r}") from None
 
     def read(self) -> bytes:
-        from geventhttpclient.response import HTTPParseError
+        from geventhttpclient.response import HTTPParseError  # start-up: see _make_pools
 
         try:
             body: bytes = self._r.read()
@@ -257,7 +258,7 @@ class _BufferedGeventResponse(_GeventResponse):
         """All body bytes that have arrived, waiting for one socket read if none are buffered;
         b"" at end of body. One call per socket read, so the client stamps a read once and
         parses every event it completed: a backlog is worked off in one go, not line by line."""
-        from geventhttpclient.response import HTTPParseError
+        from geventhttpclient.response import HTTPParseError  # start-up: see _make_pools
 
         r = self._r
         buf = r._body_buffer
@@ -350,8 +351,8 @@ class _BufferedGeventResponse(_GeventResponse):
 
     def _arm(self, sock: Any) -> Callable[[Any], bytes]:
         """First body read: take the socket's timeout off, start the watchdog, pick the read."""
-        from gevent import get_hub, getcurrent
-        from gevent.socket import socket as plain_socket
+        from gevent import get_hub, getcurrent  # start-up: see _make_pools
+        from gevent.socket import socket as plain_socket  # start-up: see _make_pools
 
         hub = get_hub()
         if type(sock) is plain_socket and getattr(sock, "_read_event", None) is not None:
@@ -414,7 +415,7 @@ class GeventTransport:
     def __init__(
         self, base_url: str, *, connect_timeout_s: float = 10.0, concurrency: int = 1000
     ) -> None:
-        from geventhttpclient.url import URL
+        from geventhttpclient.url import URL  # start-up: see _make_pools
 
         url = URL(base_url)
         if url.scheme not in ("http", "https"):
@@ -442,6 +443,7 @@ class GeventTransport:
         read_timeout_s: float,
         on_send: Callable[[], None],
     ) -> TransportResponse:
+        # start-up: see _make_pools
         from geventhttpclient.response import (
             HTTPConnectionClosed,
             HTTPParseError,

@@ -116,6 +116,26 @@ def fingerprint(
     if not isinstance(vllm_config, dict):
         vllm_config = None  # text format: not parsed (we ask for json)
 
+    fp: dict[str, dict[str, Any]] = {}  # field order: as the report lists them
+    fp.update(_model_fields(version, models, model0, vllm_config, logf, system_fingerprint))
+    fp.update(_cache_fields(cache, logf))
+    fp.update(_engine_fields(vllm_env, vllm_config, logf, labels, server_log_text))
+    fp.update(_memory_fields(cache, logf))
+    for k, v in labels.items():
+        fp[f"label.{k}"] = _field(v, "operator label")
+    fp["_probes"] = probes  # type: ignore[assignment]
+    return fp
+
+
+def _model_fields(
+    version: Any,
+    models: Any,
+    model0: dict[str, Any],
+    vllm_config: Any,
+    logf: dict[str, Any],
+    system_fingerprint: str | None,
+) -> dict[str, dict[str, Any]]:
+    """Server version, the served model(s), max_model_len, the responses' fingerprint."""
     fp: dict[str, dict[str, Any]] = {}
     fp["server_version"] = _first(
         (_dig(version, "version"), "/version"), (logf["version"], "server log")
@@ -130,7 +150,12 @@ def fingerprint(
     if isinstance(models, dict) and len(models.get("data") or []) > 1:
         fp["served_models"] = _field([m.get("id") for m in models["data"]], "/v1/models")
     fp["system_fingerprint"] = _field(system_fingerprint, "response system_fingerprint")
+    return fp
 
+
+def _cache_fields(cache: list[dict[str, str]], logf: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The KV cache as /metrics cache_config_info (else the server log) reports it."""
+    fp: dict[str, dict[str, Any]] = {}
     src = "/metrics cache_config_info"
     c0 = cache[0] if cache else {}
     block_size = _int(c0.get("block_size"))
@@ -147,7 +172,6 @@ def fingerprint(
         (block_size * sum(blocks) if block_size and known_blocks else None, src),  # type: ignore[arg-type]
         (logf["kv_cache_tokens"], "server log"),
     )
-    mem_bytes = _int(c0.get("kv_cache_memory_bytes"))
     fp["kv_engines"] = _field(len(cache) if cache else None, src)
     fp["kv_cache_dtype"] = _first(
         (c0.get("cache_dtype"), src), (logf["kv_cache_dtype"], "server log")
@@ -156,6 +180,18 @@ def fingerprint(
     fp["gpu_memory_utilization"] = _field(c0.get("gpu_memory_utilization"), src)
     fp["cache_config"] = _field(c0 or None, src)
 
+    return fp
+
+
+def _engine_fields(
+    vllm_env: Any,
+    vllm_config: Any,
+    logf: dict[str, Any],
+    labels: dict[str, str],
+    server_log_text: str | None,
+) -> dict[str, dict[str, Any]]:
+    """vLLM's environment, model runner, fallbacks, attention backend, parallelism."""
+    fp: dict[str, dict[str, Any]] = {}
     env = vllm_env if isinstance(vllm_env, dict) else {}
     fp["vllm_env"] = _field(env or None, "/server_info")
     fp["vllm_use_v2_model_runner"] = _field(env.get("VLLM_USE_V2_MODEL_RUNNER"), "/server_info")
@@ -183,6 +219,15 @@ def fingerprint(
         (logf["quantization"], "server log"),
         (labels.get("quantization"), "operator label"),
     )
+    return fp
+
+
+def _memory_fields(cache: list[dict[str, str]], logf: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """KV memory, max concurrency, and what only the server log says."""
+    src = "/metrics cache_config_info"
+    c0 = cache[0] if cache else {}
+    mem_bytes = _int(c0.get("kv_cache_memory_bytes"))
+    fp: dict[str, dict[str, Any]] = {}
     fp["kv_cache_memory_gib"] = _first(
         (round(mem_bytes / 2**30, 3) if mem_bytes else None, src),
         (logf["kv_cache_memory_gib"], "server log"),
@@ -199,9 +244,6 @@ def fingerprint(
         "estimated_cuda_graph_memory_gib",
     ):
         fp[key] = _field(logf[key], "server log")
-    for k, v in labels.items():
-        fp[f"label.{k}"] = _field(v, "operator label")
-    fp["_probes"] = probes  # type: ignore[assignment]
     return fp
 
 

@@ -6,6 +6,9 @@ Locust's gevent monkey-patching.
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from typing import Any
 
 from workload.errors import SetupError
@@ -18,10 +21,6 @@ def probe_target(
     host: str, api_key: str | None, model: str | None, timeout_s: float = 10.0
 ) -> dict[str, Any]:
     """GET /v1/models: is this an OpenAI-compatible server, and which model? Raises SetupError."""
-    import json
-    import urllib.error
-    import urllib.request
-
     url = host.rstrip("/") + "/v1/models"
     shown = redact_url(host)  # never echo a password from user:pass@host
     req = urllib.request.Request(

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from workload.errors import UsageError
+from workload.errors import SimStartError, UsageError
+from workload.sim.launcher import SimProcess
 
 
 def start_embedded_sim(spec: Any, note: str = "") -> tuple[Any, Any]:
     """Start the simulator the spec asks for; returns (the running SimProcess, the spec
     pointed at it). The caller stops it (``sim.stop()``). Raises UsageError (one line)."""
-    from workload.errors import SimStartError
-    from workload.sim.launcher import SimProcess
-
     sim = SimProcess(preset=spec.sim_preset, faults=list(spec.sim_faults), sets=list(spec.sim_sets))
     try:
         sim.start()

@@ -40,7 +40,7 @@ def stable_key(*parts: object) -> int:
 
 
 def _candidate_words() -> list[str]:
-    from faker.providers.lorem.en_US import Provider
+    from faker.providers.lorem.en_US import Provider  # start-up: ~0.12 s, not for --help
 
     return sorted({w for w in Provider.word_list if w.isascii() and w.isalpha()})
 

@@ -30,8 +30,6 @@ session as ``tool_loop_failure`` when the step produced or consumed a tool call
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,110 +37,19 @@ import orjson
 
 from workload.measure.records import STATUS_CANCELLED, RequestRecord
 from workload.measure.retry import next_delay_s
-from workload.measure.transport import PreparedRequest
 from workload.plan.loading import ProfileError
 from workload.plan.payloads import PATHS, BodyOptions, build_body
 from workload.plan.profile import Profile, TrafficClass
 from workload.plan.prompts import PromptSynth, stable_key, synth_for
+from workload.plan.steps import MSG_OVERHEAD, Msg, StepRequest, tool_arguments, tool_choice_for
 from workload.plan.tokens import Tokenizer
 
-MSG_OVERHEAD = 8  # chat-template tokens per message, a generous allowance
 TEMPLATE_MARGIN = 256  # tokens kept free for the chat template and tool-format preamble
 _CALL_TOKENS = 64  # allowance for an assistant tool-call message
 MIN_ROOM = 16  # the least new content and output a step is ever given
 
 # Per-session random streams (one numpy Generator each).
 _PLAN, _SIZES, _TIMES = 0, 1, 2
-
-
-class _Msg:
-    """One history message: text as a (key, n) reference, a shared string, or literal."""
-
-    __slots__ = ("role", "key", "n", "text", "tool_calls", "tool_call_id", "tokens")
-
-    def __init__(
-        self,
-        role: str,
-        *,
-        key: int = 0,
-        n: int = 0,
-        text: str | None = None,
-        tool_calls: list[dict[str, Any]] | None = None,
-        tool_call_id: str | None = None,
-        tokens: int = 0,
-    ) -> None:
-        self.role = role
-        self.key = key
-        self.n = n
-        self.text = text
-        self.tool_calls = tool_calls
-        self.tool_call_id = tool_call_id
-        self.tokens = (tokens or n) + MSG_OVERHEAD
-
-    def render(self, synth: PromptSynth) -> dict[str, Any]:
-        content = (
-            self.text
-            if self.text is not None
-            else (synth.text(self.key, self.n) if self.n else None)
-        )
-        d: dict[str, Any] = {"role": self.role, "content": content}
-        if self.tool_calls:
-            d["tool_calls"] = self.tool_calls
-        if self.tool_call_id is not None:
-            d["tool_call_id"] = self.tool_call_id
-        if d["content"] is None and self.role != "assistant":
-            d["content"] = ""
-        return d
-
-
-@dataclass(slots=True, eq=False)
-class StepRequest:
-    """One step to send. ``request`` (and ``body``) are built on first access: sleep first."""
-
-    step: int  # 1-based step index within the session
-    attempt: int  # 0 first; +1 per retry of the same step (same body)
-    think_s: float  # sleep before sending: user think time (and a rebuild break)
-    tool_pause_s: float  # sleep before sending: execution time of the previous step's tool call(s)
-    expects_tool_call: bool  # the plan has this step end in a tool call
-    consumes_tool_result: bool  # this step carries tool results
-    planned_tool: str | None  # the tool the plan calls (scripted: the synthesized call)
-    max_tokens: int
-    endpoint: str  # chat | completions
-    path: str
-    stream: bool
-    timeout_s: float
-    stall_timeout_s: float
-    user_class: str
-    session_id: str
-    _render: Callable[[], bytes] = field(repr=False)
-    prompt_tokens_est: int = 0  # system + tools + history, estimated (allowances included)
-    cacheable_tokens_est: int = 0  # of those, what an ideal prefix cache would hold
-    _body: bytes | None = field(default=None, repr=False)
-
-    @property
-    def body(self) -> bytes:
-        """The exact request body (deterministic per seed)."""
-        if self._body is None:
-            self._body = self._render()
-        return self._body
-
-    @property
-    def request(self) -> PreparedRequest:
-        """A fresh ``PreparedRequest`` (request_id "" for the caller to fill)."""
-        return PreparedRequest(
-            path=self.path,
-            body=self.body,
-            stream=self.stream,
-            endpoint=self.endpoint,
-            request_id="",
-            timeout_s=self.timeout_s,
-            stall_timeout_s=self.stall_timeout_s,
-            user_class=self.user_class,
-            session_id=self.session_id,
-            step=self.step,
-            attempt=self.attempt,
-            planned_tool=self.planned_tool,
-        )
 
 
 class _ClassPlan:
@@ -301,11 +208,11 @@ class Session:
         self.rebuilds = 0
         self.tool_calls = 0
         self._system = (
-            _Msg("system", key=stable_key(self._key, "system"), n=cp.system_tokens)
+            Msg("system", key=stable_key(self._key, "system"), n=cp.system_tokens)
             if cp.share_session
-            else _Msg("system", text=cp.system_text, tokens=cp.system_tokens)
+            else Msg("system", text=cp.system_text, tokens=cp.system_tokens)
         )
-        self._history: list[_Msg] = []
+        self._history: list[Msg] = []
         self._ctx = 0  # history tokens (estimate: exact content + per-message allowance)
         self._pending_calls: list[tuple[str, str]] = []  # (call id, tool name) awaiting results
         self._cur: StepRequest | None = None
@@ -337,42 +244,12 @@ class Session:
             return None
         sizes, times, plan = self._rng[_SIZES], self._rng[_TIMES], self._rng[_PLAN]
         think = pause = 0.0
-        new: list[_Msg] = []
         consumes_tool = bool(self._pending_calls)
         if consumes_tool:
-            lat = 0.0
-            for call_id, name in self._pending_calls:
-                tool = self._p.profile.tools.get(name)
-                if tool is None:  # actual mode: reported at observe; keep history well-formed
-                    new.append(
-                        _Msg("tool", text="error: unknown tool", tool_call_id=call_id, tokens=4)
-                    )
-                    continue
-                lat = max(lat, tool.latency_s.sample(times))
-                n = tool.result_tokens.sample_int(sizes, lo=1)
-                if plan.random() < tool.error_probability:
-                    new.append(
-                        _Msg(
-                            "tool",
-                            text="error: " + name + " failed",
-                            tool_call_id=call_id,
-                            tokens=6,
-                        )
-                    )
-                else:
-                    new.append(
-                        _Msg(
-                            "tool",
-                            key=self._content_key("tool", k, call_id),
-                            n=n,
-                            tool_call_id=call_id,
-                        )
-                    )
-            pause = max(0.0, lat)
-            self._pending_calls = []
+            new, pause = self._tool_results(k)
         else:
             n = spec.user_turn.sample_int(sizes, lo=1)
-            new.append(_Msg("user", key=self._content_key("user", k), n=n))
+            new = [Msg("user", key=self._content_key("user", k), n=n)]
             think = max(0.0, spec.think_time_s.sample(times))
             if k == 1 and self.session_index == 0:
                 think = 0.0  # a user's first task starts at once; later ones after a think
@@ -417,7 +294,28 @@ class Session:
         self._cur.cacheable_tokens_est = cacheable
         return self._cur
 
-    def _fit(self, new: list[_Msg], out: int, consumes_tool: bool) -> int:
+    def _tool_results(self, k: int) -> tuple[list[Msg], float]:
+        """Step k's tool messages for the pending calls, and the pause: the slowest tool."""
+        sizes, times, plan = self._rng[_SIZES], self._rng[_TIMES], self._rng[_PLAN]
+        new: list[Msg] = []
+        lat = 0.0
+        for call_id, name in self._pending_calls:
+            tool = self._p.profile.tools.get(name)
+            if tool is None:  # actual mode: reported at observe; keep history well-formed
+                new.append(Msg("tool", text="error: unknown tool", tool_call_id=call_id, tokens=4))
+                continue
+            lat = max(lat, tool.latency_s.sample(times))
+            n = tool.result_tokens.sample_int(sizes, lo=1)
+            if plan.random() < tool.error_probability:
+                text = "error: " + name + " failed"
+                new.append(Msg("tool", text=text, tool_call_id=call_id, tokens=6))
+            else:
+                key = self._content_key("tool", k, call_id)
+                new.append(Msg("tool", key=key, n=n, tool_call_id=call_id))
+        self._pending_calls = []
+        return new, max(0.0, lat)
+
+    def _fit(self, new: list[Msg], out: int, consumes_tool: bool) -> int:
         """Compact (policy or max_model_len) before the request; returns max_tokens that fits."""
         c = self._c
         new_tokens = sum(m.tokens for m in new)
@@ -451,7 +349,7 @@ class Session:
         keep = [self._history[-1]] if keep_last and self._history[-1].tool_calls else []
         self.compactions += 1
         n = self._c.spec.context.summary_tokens
-        summary = _Msg("user", key=self._content_key("summary", self.compactions), n=n)
+        summary = Msg("user", key=self._content_key("summary", self.compactions), n=n)
         self._history = [summary, *keep]
         self._ctx = sum(m.tokens for m in self._history)
 
@@ -471,22 +369,9 @@ class Session:
         salt = req.cache_salt
         if self.rebuilds:
             salt = f"{salt or self.session_id}-r{self.rebuilds}"
-        tool_choice: Any = req.tool_choice
-        if actual and expects:
-            if spec.tool_choice == "named":
-                tool_choice = {"type": "function", "function": {"name": planned_tool}}
-            else:
-                tool_choice = spec.tool_choice
-        elif actual:
-            tool_choice = "auto"
-        elif expects and req.structured_every and k % req.structured_every == 0:
-            # Scripted structured-output step: the reply is constrained to a tool call (and
-            # ignored, like every scripted reply); deterministic for a seed.
-            tool_choice = (
-                {"type": "function", "function": {"name": planned_tool}}
-                if req.structured_choice == "named"
-                else "required"
-            )
+        tool_choice = tool_choice_for(
+            spec, actual=actual, expects=expects, step=k, planned_tool=planned_tool
+        )
         opts = BodyOptions(
             model=self._p.model,
             max_tokens=out,
@@ -569,7 +454,7 @@ class Session:
             self._add_calls([(cur.planned_tool, self._arguments(cur.planned_tool, cur.step))])
         else:
             self._append(
-                _Msg("assistant", key=self._content_key("assistant", cur.step), n=cur.max_tokens)
+                Msg("assistant", key=self._content_key("assistant", cur.step), n=cur.max_tokens)
             )
 
     def _observe_actual(self, record: RequestRecord, cur: StepRequest) -> bool:
@@ -595,7 +480,7 @@ class Session:
             self._add_calls([(c["name"], c.get("arguments") or "{}") for c in calls], text, record)
         else:
             n = record.completion_tokens or (self._p.synth.count(text) if text else 0)
-            self._append(_Msg("assistant", text=text or "", tokens=n))
+            self._append(Msg("assistant", text=text or "", tokens=n))
         return True
 
     def _add_calls(
@@ -614,30 +499,19 @@ class Session:
             self._pending_calls.append((call_id, name))
         self.tool_calls += len(calls)
         toks = (record.completion_tokens if record else None) or _CALL_TOKENS * len(calls)
-        self._append(_Msg("assistant", text=text, tool_calls=out, tokens=toks))
+        self._append(Msg("assistant", text=text, tool_calls=out, tokens=toks))
 
-    def _append(self, m: _Msg) -> None:
+    def _append(self, m: Msg) -> None:
         self._history.append(m)
         self._ctx += m.tokens
 
     def _arguments(self, tool: str, step: int) -> str:
         """Synthetic arguments that fit the tool's JSON schema (deterministic per session/step)."""
-        props = self._p.profile.tools[tool].parameters.get("properties", {})
-        args: dict[str, Any] = {}
-        for i, (name, sch) in enumerate(sorted(props.items())):
-            t = sch.get("type") if isinstance(sch, dict) else None
-            key = self._content_key("arg", step, i)
-            if t == "integer" or t == "number":
-                args[name] = key % 500
-            elif t == "boolean":
-                args[name] = bool(key & 1)
-            elif t == "array":
-                args[name] = [self._p.synth.text(key, 2).strip()]
-            elif t == "object":
-                args[name] = {}
-            else:
-                args[name] = self._p.synth.text(key, 3 + key % 6).strip()
-        return orjson.dumps(args, option=orjson.OPT_SORT_KEYS).decode()
+        return tool_arguments(
+            self._p.profile.tools[tool].parameters,
+            self._p.synth,
+            lambda i: self._content_key("arg", step, i),
+        )
 
     def _end(self, outcome: str, reason: str | None) -> None:
         self.outcome = outcome

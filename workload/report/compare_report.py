@@ -61,18 +61,6 @@ def write_compare_report(comparison: Comparison, out: Path) -> Path:
     steps = [
         m for m in c.metrics if m.scope.startswith("step:") and m.metric in ("ttft_p50", "ttft_p95")
     ]
-    server_names = sorted(set(c.server.get("a", {})) | set(c.server.get("b", {})))
-    server_rows = []
-    for n in server_names:
-        va, vb = c.server["a"].get(n, {}), c.server["b"].get(n, {})
-        for stat in ("delta", "mean", "max"):
-            if stat in va or stat in vb:
-                server_rows.append(
-                    (n, stat, fmt_num(va.get(stat), "{:.4g}"), fmt_num(vb.get(stat), "{:.4g}"))
-                )
-    kinds = sorted(
-        set(c.error_kinds["a"].get("overall", {})) | set(c.error_kinds["b"].get("overall", {}))
-    )
     page = render_page(
         title="agentload comparison",
         header=[],
@@ -93,11 +81,7 @@ def write_compare_report(comparison: Comparison, out: Path) -> Path:
             "headline": headline(c)[1:],
             "where": c.where,
             "slices": [_metric_row(m) for m in slices],
-            "tool_loop": [
-                (side, e["class"], e["step"], e["tool"], e["what"], e["request_id"])
-                for side in ("b", "a")
-                for e in (c.tool_loop.get(side) or [])
-            ],
+            "tool_loop": _tool_loop_rows(c),
             "exit_code": c.exit_code,
             "confidence": f"{100 * c.confidence:g} %",
             "gated_count": c.gated_count,
@@ -106,33 +90,65 @@ def write_compare_report(comparison: Comparison, out: Path) -> Path:
             "n_boot": c.n_boot,
             "header_a": run_header(c.run_a),
             "header_b": run_header(c.run_b),
-            "fp_diff": [
-                (
-                    d["field"],
-                    "unknown" if d["a"] is None else str(d["a"]),
-                    "unknown" if d["b"] is None else str(d["b"]),
-                    " / ".join(str(x) for x in {d.get("source_a"), d.get("source_b")} if x),
-                )
-                for d in c.fingerprint_diff
-            ],  # fmt: skip
+            "fp_diff": _fp_diff_rows(c),
             "gated": [_metric_row(m) for m in c.rows(gated=True)],
             "detail": [_metric_row(m) for m in detail],
             "steps": [_metric_row(m) for m in steps],
             "summary_a": summary_rows(sa),
             "summary_b": summary_rows(sb),
             "warnings": c.warnings,
-            "errors": [
-                (
-                    k,
-                    c.error_kinds["a"]["overall"].get(k, 0),
-                    c.error_kinds["b"]["overall"].get(k, 0),
-                )
-                for k in kinds
-            ],
-            "server": server_rows,
+            "errors": _error_rows(c),
+            "server": _server_rows(c),
         },
     )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return out
+
+
+def _tool_loop_rows(c: Comparison) -> list[tuple[Any, ...]]:
+    """The first tool-loop failures, B's first: (side, class, step, tool, what, request id)."""
+    return [
+        (side, e["class"], e["step"], e["tool"], e["what"], e["request_id"])
+        for side in ("b", "a")
+        for e in (c.tool_loop.get(side) or [])
+    ]
+
+
+def _fp_diff_rows(c: Comparison) -> list[tuple[str, str, str, str]]:
+    """(field, A, B, where each was observed) for every fingerprint field that differs."""
+    return [
+        (
+            d["field"],
+            "unknown" if d["a"] is None else str(d["a"]),
+            "unknown" if d["b"] is None else str(d["b"]),
+            " / ".join(str(x) for x in {d.get("source_a"), d.get("source_b")} if x),
+        )
+        for d in c.fingerprint_diff
+    ]  # fmt: skip
+
+
+def _error_rows(c: Comparison) -> list[tuple[str, int, int]]:
+    """(error kind, count in A, count in B), every kind either run saw."""
+    kinds = sorted(
+        set(c.error_kinds["a"].get("overall", {})) | set(c.error_kinds["b"].get("overall", {}))
+    )
+    return [
+        (k, c.error_kinds["a"]["overall"].get(k, 0), c.error_kinds["b"]["overall"].get(k, 0))
+        for k in kinds
+    ]
+
+
+def _server_rows(c: Comparison) -> list[tuple[str, str, str, str]]:
+    """(/metrics series, statistic, A, B) for each statistic either run has."""
+    server_names = sorted(set(c.server.get("a", {})) | set(c.server.get("b", {})))
+    rows = []
+    for n in server_names:
+        va, vb = c.server["a"].get(n, {}), c.server["b"].get(n, {})
+        for stat in ("delta", "mean", "max"):
+            if stat in va or stat in vb:
+                rows.append(
+                    (n, stat, fmt_num(va.get(stat), "{:.4g}"), fmt_num(vb.get(stat), "{:.4g}"))
+                )
+    return rows

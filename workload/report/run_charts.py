@@ -7,6 +7,8 @@ from typing import Any
 
 from workload.analyze.rundata import RunData
 from workload.analyze.serverinfo import spec_histogram
+from workload.measure.series import time_series
+from workload.measure.stats import Aggregate
 from workload.observe.metrics import series_from_samples
 from workload.report.charts import (
     PAD_B,
@@ -15,15 +17,15 @@ from workload.report.charts import (
     SIDE_COLORS,
     Chart,
     Series,
+    _nice_ticks,
     bar_chart,
     line_chart,
 )
+from workload.report.run_views import idle_gap_table
 from workload.report.views import dig
 
 
 def _time_series(data: RunData) -> dict[str, Any]:
-    from workload.measure.series import time_series
-
     span = data.duration_s or 60.0
     bucket = max(1.0, round(span / 60.0))  # about 60 points whatever the run length
     return time_series(data.requests, bucket_s=bucket)
@@ -44,8 +46,6 @@ def _itl_points(data: RunData, cls: str | None) -> tuple[list[tuple[float, float
     pcts = [1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9]
     if isinstance(data.stats, dict):
         try:
-            from workload.measure.stats import Aggregate
-
             agg = Aggregate.from_dict(data.stats)
             vals = [agg.percentile_ms("itl", p, cls) for p in pcts]
             if any(v is not None for v in vals):
@@ -89,108 +89,109 @@ def run_charts(runs: list[tuple[str, RunData, dict]], classes: list[str]) -> lis
     """Charts for one run (one line per class) or two (A and B per class, overlaid)."""
     compare = len(runs) > 1
     out: list[Chart] = []
-
-    def color(side: str, i: int) -> str:
-        return SIDE_COLORS[side] if compare else PALETTE[i % len(PALETTE)]
-
-    def name(side: str, cls: str) -> str:
-        return f"{side} {cls}" if compare else cls
-
     groups = [[c] for c in classes] if compare else [classes]
     ts = {side: _time_series(d) for side, d, _ in runs}
     for grp in groups:
-        suffix = f" — {grp[0]}" if compare else ""
-        s_ttft, s_tp, s_step, s_itl = [], [], [], []
-        itl_note = ""
-        for side, d, summ in runs:
-            for i, cls in enumerate(grp):
-                ser = dig(ts[side], "by_class", cls) or {}
-                t = ser.get("t") or []
-                s_ttft.append(
-                    Series(
-                        name(side, cls) + " p95",
-                        list(zip(t, ser.get("ttft_p95_ms") or [], strict=False)),
-                        color(side, i),
-                    )
-                )
-                s_ttft.append(
-                    Series(
-                        name(side, cls) + " p50",
-                        list(zip(t, ser.get("ttft_p50_ms") or [], strict=False)),
-                        color(side, i),
-                        dash=True,
-                    )
-                )
-                s_tp.append(
-                    Series(
-                        name(side, cls),
-                        list(zip(t, ser.get("output_tokens_per_s") or [], strict=False)),
-                        color(side, i),
-                    )
-                )
-                s_step.append(
-                    Series(name(side, cls) + " p95", _step_points(summ, cls, "p95"), color(side, i))
-                )
-                s_step.append(
-                    Series(
-                        name(side, cls) + " p50",
-                        _step_points(summ, cls, "p50"),
-                        color(side, i),
-                        dash=True,
-                    )
-                )
-                pts, itl_note = _itl_points(d, cls)
-                s_itl.append(Series(name(side, cls), pts, color(side, i)))
-        out.append(
-            line_chart(
-                "TTFT over time" + suffix,
-                s_ttft,
-                "seconds since start",
-                "ms",
-                "p95 solid, p50 dashed",
-                gaps=True,
+        out += _class_charts(runs, grp, ts, compare)
+    return out + _server_charts(runs, compare)
+
+
+def _color(compare: bool, side: str, i: int) -> str:
+    return SIDE_COLORS[side] if compare else PALETTE[i % len(PALETTE)]
+
+
+def _name(compare: bool, side: str, cls: str) -> str:
+    return f"{side} {cls}" if compare else cls
+
+
+def _class_charts(
+    runs: list[tuple[str, RunData, dict]],
+    grp: list[str],
+    ts: dict[str, dict[str, Any]],
+    compare: bool,
+) -> list[Chart]:
+    """TTFT and throughput over time, TTFT by step, ITL and acceptance for a group of classes."""
+    out: list[Chart] = []
+    suffix = f" — {grp[0]}" if compare else ""
+    s_ttft, s_tp, s_step, s_itl = [], [], [], []
+    itl_note = ""
+    for side, d, summ in runs:
+        for i, cls in enumerate(grp):
+            ser = dig(ts[side], "by_class", cls) or {}
+            t = ser.get("t") or []
+            name, col = _name(compare, side, cls), _color(compare, side, i)
+            s_ttft.append(
+                Series(name + " p95", list(zip(t, ser.get("ttft_p95_ms") or [], strict=False)), col)
             )
-        )
-        out.append(
-            line_chart(
-                "Output throughput over time" + suffix, s_tp, "seconds since start", "tokens/s"
-            )
-        )
-        if not compare:
-            for chart, ser in ((out[-2], s_ttft), (out[-1], s_tp)):
-                mark_stages(chart, ser, stage_offsets(runs[0][2], ts[runs[0][0]].get("t0")))
-        out.append(
-            line_chart(
-                "TTFT by session step" + suffix,
-                s_step,
-                "session step",
-                "ms",
-                "p95 solid, p50 dashed",
-            )
-        )
-        out.append(line_chart(f"ITL distribution ({itl_note})" + suffix, s_itl, "percentile", "ms"))
-        hists = [(side, cls, spec_histogram(d.requests, cls)) for side, d, _ in runs for cls in grp]
-        k = max((len(h) for *_, h in hists), default=0)
-        bars = []
-        for j, (side, cls, h) in enumerate(hists):
-            tot = sum(h)
-            if tot:
-                bars.append(
-                    Series(
-                        name(side, cls),
-                        [(i, h[i] / tot if i < len(h) else 0.0) for i in range(k)],
-                        color(side, j),
-                    )
+            s_ttft.append(
+                Series(
+                    name + " p50",
+                    list(zip(t, ser.get("ttft_p50_ms") or [], strict=False)),
+                    col,
+                    dash=True,
                 )
-        out.append(
-            bar_chart(
-                "Spec-decode acceptance histogram" + suffix,
-                [str(i) for i in range(k)],
-                bars,
-                "share of spec steps",
-                "x: draft tokens accepted per step",
-            )  # fmt: skip
+            )
+            s_tp.append(
+                Series(name, list(zip(t, ser.get("output_tokens_per_s") or [], strict=False)), col)
+            )
+            s_step.append(Series(name + " p95", _step_points(summ, cls, "p95"), col))
+            s_step.append(Series(name + " p50", _step_points(summ, cls, "p50"), col, dash=True))
+            pts, itl_note = _itl_points(d, cls)
+            s_itl.append(Series(name, pts, col))
+    out.append(
+        line_chart(
+            "TTFT over time" + suffix,
+            s_ttft,
+            "seconds since start",
+            "ms",
+            "p95 solid, p50 dashed",
+            gaps=True,
         )
+    )
+    out.append(
+        line_chart("Output throughput over time" + suffix, s_tp, "seconds since start", "tokens/s")
+    )
+    if not compare:
+        for chart, ser in ((out[-2], s_ttft), (out[-1], s_tp)):
+            mark_stages(chart, ser, stage_offsets(runs[0][2], ts[runs[0][0]].get("t0")))
+    out.append(
+        line_chart(
+            "TTFT by session step" + suffix, s_step, "session step", "ms", "p95 solid, p50 dashed"
+        )
+    )
+    out.append(line_chart(f"ITL distribution ({itl_note})" + suffix, s_itl, "percentile", "ms"))
+    out.append(_acceptance_chart(runs, grp, compare, suffix))
+    return out
+
+
+def _acceptance_chart(
+    runs: list[tuple[str, RunData, dict]], grp: list[str], compare: bool, suffix: str
+) -> Chart:
+    """Spec-decode acceptance histogram: the share of spec steps per accepted draft count."""
+    hists = [(side, cls, spec_histogram(d.requests, cls)) for side, d, _ in runs for cls in grp]
+    k = max((len(h) for *_, h in hists), default=0)
+    bars = []
+    for j, (side, cls, h) in enumerate(hists):
+        tot = sum(h)
+        if tot:
+            bars.append(
+                Series(
+                    _name(compare, side, cls),
+                    [(i, h[i] / tot if i < len(h) else 0.0) for i in range(k)],
+                    _color(compare, side, j),
+                )
+            )
+    return bar_chart(
+        "Spec-decode acceptance histogram" + suffix,
+        [str(i) for i in range(k)],
+        bars,
+        "share of spec steps",
+        "x: draft tokens accepted per step",
+    )
+
+
+def _server_charts(runs: list[tuple[str, RunData, dict]], compare: bool) -> list[Chart]:
+    """The server's KV cache usage and queue from its /metrics samples."""
     kv, queue = [], []
     for side, d, _ in runs:
         col = SIDE_COLORS[side] if compare else PALETTE[0]
@@ -198,17 +199,17 @@ def run_charts(runs: list[tuple[str, RunData, dict]], classes: list[str]) -> lis
         kv.append(Series(label + "KV cache usage %", _server_points(d, _KV, 100.0), col))
         queue.append(Series(label + "waiting", _server_points(d, _QUEUE), col))
         queue.append(Series(label + "running", _server_points(d, _RUNNING), col, dash=True))
-    out.append(line_chart("Server KV cache usage", kv, "seconds since first scrape", "%"))
-    out.append(
+    out = [
+        line_chart("Server KV cache usage", kv, "seconds since first scrape", "%"),
         line_chart(
             "Server queue",
             queue,
             "seconds since first scrape",
             "requests",
             "waiting solid, running dashed",
-        )
-    )
-    for c in out[-2:]:
+        ),
+    ]
+    for c in out:
         if c.empty:
             c.note = "absent: no /metrics samples (metrics.jsonl) with this series"
     return out
@@ -248,8 +249,6 @@ def _by_step(summary: dict, cls: str, *path: str, scale: float = 1.0) -> list[tu
 def agent_charts(data: RunData, summary: dict, classes: list[str]) -> list[Chart]:
     """Charts read for agents: TPOT over time, cached ratio and spec acceptance by step, a
     session timeline, cached ratio and TTFT against the idle gap before a step."""
-    from workload.report.run_views import idle_gap_table
-
     s_tpot, s_cached, s_acc = [], [], []
     for i, cls in enumerate(classes):
         col = PALETTE[i % len(PALETTE)]
@@ -406,8 +405,6 @@ def session_timeline(data: RunData, rows: int = TIMELINE_ROWS) -> Chart:
 
 
 def _ticks(hi: float) -> list[float]:
-    from workload.report.charts import _nice_ticks
-
     return _nice_ticks(0.0, hi if hi > 0 else 1.0)
 
 
@@ -436,8 +433,6 @@ def mark_stages(chart: Chart, series: list[Series], offsets: list[tuple[float, s
     Scales x exactly as ``line_chart`` did (its ticks from the series' x range) and adds
     each boundary as one more dashed path (hover shows the stage), plus one legend entry.
     """
-    from workload.report.charts import _nice_ticks
-
     xs = [x for s in series for x, y in s.points if y is not None and math.isfinite(y)]
     if chart.empty or not xs or not offsets:
         return

@@ -15,6 +15,8 @@ import jinja2
 
 from workload import __version__
 from workload.analyze.rundata import RunData
+from workload.measure.records import RequestRecord, SessionRecord
+from workload.measure.stats import Aggregate
 
 _HERE = Path(__file__).parent
 TEMPLATES_DIR = _HERE / "templates"  # the chart macros other pages import
@@ -25,14 +27,12 @@ def run_summary(data: RunData) -> dict[str, Any]:
     s = data.run.get("summary")
     if isinstance(s, dict) and isinstance(s.get("overall"), dict):
         return s
-    from workload.measure.stats import Aggregate
 
     if isinstance(data.stats, dict):
         try:
             return Aggregate.from_dict(data.stats).summary(data.duration_s)
         except (ValueError, KeyError, TypeError):
             pass
-    from workload.measure.records import RequestRecord, SessionRecord
 
     agg = Aggregate()
     rf, sf = set(RequestRecord.__dataclass_fields__), set(SessionRecord.__dataclass_fields__)

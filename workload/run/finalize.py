@@ -9,15 +9,30 @@ The console's last line always says which and why.
 from __future__ import annotations
 
 import logging
-import sys
+import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workload.errors import EXIT_BAD_INPUT, EXIT_ERRORS, EXIT_OK, EXIT_PARTIAL, EXIT_SLO
-from workload.measure import artifacts
+from workload.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_ERRORS,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_SLO,
+    AgentloadError,
+    print_error,
+)
+from workload.measure import artifacts, slo
+from workload.observe import metrics
+from workload.observe.safe import redact_url
+from workload.report.console import console_table
+from workload.report.run_report import write_run_report
+from workload.run.load_summary import arrival_lines, load_summary, stage_lines
+from workload.run.reconcile import reconcile
+from workload.run.replay import read_rows, trace_lines, trace_summary
 from workload.stopping import exit_code_for_signal
 
 if TYPE_CHECKING:  # types only
@@ -65,42 +80,13 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
     The summary counts what the JSONL files hold (`workload.run.reconcile`); every file is
     written atomically; the console's last line gives the exit code and why.
     """
-    from workload.measure import slo
-    from workload.observe import metrics
-    from workload.report.console import console_table
-    from workload.run.reconcile import reconcile
-
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
     agg = reconcile(m.total, out, m.slos, wait=m.settle)
     m.total = agg
     summary = agg.summary()
     slos = m.slos
-    try:
-        missing = "fail" if spec.require_slo_samples else "not_judged"
-        slo_results = slo.evaluate_slos(agg, slos, missing=missing)
-    except ValueError as e:
-        print(f"agentload: error: bad SLO: {e}", file=sys.stderr)
-        slo_results = []
-        code, why = EXIT_BAD_INPUT, f"bad SLO: {e}"
-    else:
-        code = exit_code_for(slo.error_ratio(summary), spec.max_error_ratio, slo_results)
-        why = outcome_reason(code, slo.error_ratio(summary), spec.max_error_ratio, slo_results)
-    ov = summary["overall"]
-    if code in (EXIT_OK, EXIT_SLO) and not (ov.get("ok") or ov.get("errors")):
-        # Nothing finished: a gate that passes here would pass a server that never answered.
-        code = EXIT_ERRORS
-        why = (
-            f"no request finished ({ov.get('cancelled') or 0} cancelled in flight), so nothing "
-            "was measured: give the run a --duration longer than the first answers take, and "
-            "check that users started"
-        )
-    partial_reason = _partial_reason(m.lost_workers)
-    if partial_reason and code in (EXIT_OK, EXIT_SLO):
-        code, why = EXIT_PARTIAL, f"partial run: {partial_reason}"
-    if m.stop_signal:
-        code = exit_code_for_signal(m.stop_signal)
-        why = f"interrupted ({_signame(m.stop_signal)})"
+    slo_results, code, why, partial_reason = _outcome(spec, m, agg, summary)
 
     samples = metrics.read_samples(out / "metrics.jsonl")
     scrape = metrics.scrape_summary(samples) if samples else {"absent": ["/metrics (not scraped)"]}
@@ -109,8 +95,6 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
         if samples
         else None
     )
-
-    from workload.run.load_summary import load_summary
 
     load = load_summary(spec, out, slos, spec.arrival_t0 or m.started_wall)
     if load["arrivals"] is not None:
@@ -157,16 +141,59 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
     }
     artifacts.write_json(out / "run.json", run)
     try:
-        from workload.report.run_report import write_run_report
-
         write_run_report(out)
     except Exception as e:  # noqa: BLE001 - the report must never lose the measurements
         log.warning("agentload: report.html not written: %s", e)
+    _print_console(summary, spec_check, load, slo_results)
+    m.last_line = last_line(code, why, out)
+    if not m.defer_last_line:
+        print(m.last_line, flush=True)
+    return code
+
+
+def _outcome(
+    spec: Any, m: Measured, agg: Any, summary: dict[str, Any]
+) -> tuple[list[Any], int, str, str | None]:
+    """(SLO results, exit code, why, partial reason). Errors beat SLOs; a passing run where
+    nothing finished fails, one that lost a worker is partial; a stop signal's code wins."""
+    try:
+        missing = "fail" if spec.require_slo_samples else "not_judged"
+        slo_results = slo.evaluate_slos(agg, m.slos, missing=missing)
+    except ValueError as e:
+        print_error(f"bad SLO: {e}")
+        slo_results = []
+        code, why = EXIT_BAD_INPUT, f"bad SLO: {e}"
+    else:
+        code = exit_code_for(slo.error_ratio(summary), spec.max_error_ratio, slo_results)
+        why = outcome_reason(code, slo.error_ratio(summary), spec.max_error_ratio, slo_results)
+    ov = summary["overall"]
+    if code in (EXIT_OK, EXIT_SLO) and not (ov.get("ok") or ov.get("errors")):
+        # Nothing finished: a gate that passes here would pass a server that never answered.
+        code = EXIT_ERRORS
+        why = (
+            f"no request finished ({ov.get('cancelled') or 0} cancelled in flight), so nothing "
+            "was measured: give the run a --duration longer than the first answers take, and "
+            "check that users started"
+        )
+    partial_reason = _partial_reason(m.lost_workers)
+    if partial_reason and code in (EXIT_OK, EXIT_SLO):
+        code, why = EXIT_PARTIAL, f"partial run: {partial_reason}"
+    if m.stop_signal:
+        code = exit_code_for_signal(m.stop_signal)
+        why = f"interrupted ({_signame(m.stop_signal)})"
+    return slo_results, code, why, partial_reason
+
+
+def _print_console(
+    summary: dict[str, Any],
+    spec_check: dict[str, Any] | None,
+    load: dict[str, Any],
+    slo_results: list[Any],
+) -> None:
+    """The console's table, spec-decode, stage/arrival/trace lines and each SLO's result."""
     print(console_table(summary), flush=True)
     if spec_check and spec_check["draft_tokens"]["server"]:
         print(_spec_line(spec_check), flush=True)
-    from workload.run.load_summary import arrival_lines, stage_lines
-    from workload.run.replay import trace_lines
 
     lines = stage_lines(load["stages"]) + arrival_lines(load["arrivals"])
     for line in lines + trace_lines(summary.get("trace")):
@@ -174,10 +201,6 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
     for r in slo_results:
         mark = "  PASS " if r.passed and r.judged else "  FAIL " if not r.passed else "  N/J  "
         print(mark + r.message, flush=True)
-    m.last_line = last_line(code, why, out)
-    if not m.defer_last_line:
-        print(m.last_line, flush=True)
-    return code
 
 
 def last_line(code: int, why: str, out: Path) -> str:
@@ -222,8 +245,6 @@ def _partial_reason(lost: list[dict[str, Any]]) -> str | None:
 
 
 def _signame(signum: int | None) -> str:
-    import signal
-
     try:
         return signal.Signals(int(signum or 0)).name
     except ValueError:
@@ -253,9 +274,6 @@ def _trace_block(
     arrivals: Mapping[str, Any] | None,
 ) -> dict[str, Any] | None:
     """`summary.trace` (workload.run.replay); None, with a warning, if the trace is unreadable."""
-    from workload.errors import AgentloadError
-    from workload.run.replay import read_rows, trace_summary
-
     try:
         return trace_summary(
             spec, read_rows(out), fingerprint=fingerprint, scrape=scrape, arrivals=arrivals
@@ -281,7 +299,5 @@ def _spec_line(check: dict[str, Any]) -> str:
 
 def _redacted_target(target: dict[str, Any]) -> dict[str, Any]:
     """The target as run.json keeps it: never a user:password@ from the URL."""
-    from workload.observe.safe import redact_url
-
     url = target.get("url") if isinstance(target, dict) else None
     return {**target, "url": redact_url(url)} if isinstance(url, str) else target

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from workload.measure import artifacts
 from workload.measure.slo import request_meets_slo, request_thresholds
 from workload.plan.arrivals import lateness_summary
+from workload.plan.stages import LoadStages
 
 if TYPE_CHECKING:  # types only
     from workload.run.spec import RunSpec
@@ -164,8 +165,6 @@ def load_summary(
     spec: RunSpec, out: Path, slos: Mapping[str, Mapping[str, Any]], t0: float
 ) -> dict[str, Any]:
     """``{"arrivals": ..., "stages": ...}`` for run.json (either may be None)."""
-    from workload.plan.stages import LoadStages
-
     out = Path(out)
     sessions = _rows(out, "sessions")
     dropped = _rows(out, "dropped")

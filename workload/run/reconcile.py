@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workload.measure import artifacts
-from workload.measure.records import RequestRecord, SessionRecord
+from workload.measure.records import SESSION_OUTCOMES, RequestRecord, SessionRecord
+from workload.measure.stats import Aggregate
 
 if TYPE_CHECKING:  # imported where it is built, in rebuild
     from workload.measure.stats import Aggregate
@@ -63,8 +64,6 @@ def rebuild(out: Path, slos: dict[str, dict[str, float]]) -> Aggregate:
     Per-gap ITL samples are not written to the JSONL, so a rebuilt aggregate has no
     ITL histogram; every other figure is the same as the live one's.
     """
-    from workload.measure.stats import Aggregate
-
     agg = Aggregate(slos)
     rf, sf = set(RequestRecord.__dataclass_fields__), set(SessionRecord.__dataclass_fields__)
     # Streamed row by row (a long run's rows as dicts would take GiBs), in read_records' order.
@@ -92,6 +91,4 @@ def reconcile(
 
 
 def _outcomes() -> tuple[str, ...]:
-    from workload.measure.records import SESSION_OUTCOMES
-
     return SESSION_OUTCOMES

@@ -224,6 +224,8 @@ def resolve_spec(
 
     `values` maps option names (`OPTIONS`) to raw values, as `raw_values` reads
     them; missing ones take the table's default. Raises UsageError (one line).
+
+    Long because each option is checked once, here, in the order the errors should come.
     """
     typed: dict[str, Any] = {}
     for o in OPTIONS:

@@ -12,8 +12,10 @@ import contextlib
 import signal
 import sys
 
-from workload.errors import ArgParser, UsageError, run_edge
+from workload import memtrace
+from workload.errors import ArgParser, SetupError, UsageError, run_edge
 from workload.sim.config import PRESETS, build_config
+from workload.sim.server import SimServer
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,16 +76,13 @@ def _log_startup(cfg) -> None:
 
 
 async def _serve(cfg, host: str, port: int, seed: int) -> int:
-    from workload.sim.server import SimServer
-
     server = SimServer(cfg, seed)
     try:
         bound = await server.start(host, port)
     except OSError as e:
-        print(
-            f"agentload-sim: error: cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr
-        )
-        return 1
+        raise SetupError(
+            f"cannot listen on {host}:{port}: {e.strerror}; choose another --port (0: any free one)"
+        ) from None
     _log_startup(cfg)
     shown = f"[{host}]" if ":" in host else host
     print(f"agentload-sim listening on http://{shown}:{bound}", flush=True)
@@ -121,11 +120,10 @@ def _main(argv: list[str] | None) -> int:
         cfg.model_root = args.model
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
-    from workload import memtrace
 
     memtrace.start_from_env("sim")  # AGENTLOAD_TRACEMALLOC=path (soak diagnostics; off: no-op)
     try:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop  # type: ignore[import-not-found]  # deferred: optional, asyncio without
 
         runner = uvloop.run
     except ImportError:

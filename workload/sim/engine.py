@@ -207,13 +207,28 @@ class Engine:
 
     def step(self, now: float) -> StepOutput:
         """Schedule, cost and run one forward pass starting at `now`."""
-        cfg, kv, k = self.cfg, self.kv, self.k
-        bs = cfg.block_size
-        budget = cfg.max_num_batched_tokens
         scheduled: dict[EngineRequest, int] = {}
         preempted: list[EngineRequest] = []
+        budget = self._schedule_running(self.cfg.max_num_batched_tokens, scheduled, preempted)
+        if not preempted:  # admissions, unless this step had to preempt (vLLM does the same)
+            self._admit(now, budget, scheduled)
+        emitted, prefill_tokens, decode_seqs, draft_tokens, context_tokens = self._advance(
+            scheduled
+        )
+        ms = 0.0
+        if scheduled:
+            ms = self._pass_ms(prefill_tokens, decode_seqs, draft_tokens, context_tokens)
+        finished = self._stamp(emitted, now + ms / 1000.0)
+        return StepOutput(
+            now, ms / 1000.0, emitted, finished, preempted, prefill_tokens, decode_seqs
+        )
 
-        # 1. running requests: continue chunked prefills, decode one token plus k drafts
+    def _schedule_running(
+        self, budget: int, scheduled: dict[EngineRequest, int], preempted: list[EngineRequest]
+    ) -> int:
+        """Running requests: continue chunked prefills, decode one token plus k drafts,
+        preempting for KV blocks; returns the token budget left."""
+        kv, k, bs = self.kv, self.k, self.cfg.block_size
         for req in list(self.running):
             if req.status != RUNNING:
                 continue  # preempted earlier in this loop
@@ -237,9 +252,12 @@ class Engine:
                 continue
             scheduled[req] = n
             budget -= n
+        return budget
 
-        # 2. admissions, unless this step had to preempt (vLLM does the same)
-        while not preempted and budget > 0 and len(self.running) < cfg.max_num_seqs:
+    def _admit(self, now: float, budget: int, scheduled: dict[EngineRequest, int]) -> None:
+        """Waiting requests in order, while the budget, the seats and the KV cache allow."""
+        cfg, kv, bs = self.cfg, self.kv, self.cfg.block_size
+        while budget > 0 and len(self.running) < cfg.max_num_seqs:
             head = self._peek_waiting()
             if head is None:
                 break
@@ -269,7 +287,12 @@ class Engine:
             scheduled[req] = n
             budget -= n
 
-        # 3. run it: advance every scheduled request
+    def _advance(
+        self, scheduled: dict[EngineRequest, int]
+    ) -> tuple[list[tuple[EngineRequest, int]], int, int, int, int]:
+        """Run the pass: advance every scheduled request. Returns (emitted, prefill tokens,
+        decode sequences, draft tokens, context tokens)."""
+        kv, k, bs = self.kv, self.k, self.cfg.block_size
         emitted: list[tuple[EngineRequest, int]] = []
         prefill_tokens = decode_seqs = draft_tokens = context_tokens = 0
         stats = self.stats
@@ -295,8 +318,13 @@ class Engine:
             req.num_output += new
             stats.generation_tokens += new
             emitted.append((req, new))
+        return emitted, prefill_tokens, decode_seqs, draft_tokens, context_tokens
 
-        # 4. cost of the pass (the latency model)
+    def _pass_ms(
+        self, prefill_tokens: int, decode_seqs: int, draft_tokens: int, context_tokens: int
+    ) -> float:
+        """The cost of a pass that scheduled something (the latency model), in ms."""
+        cfg = self.cfg
         decode_ms = 0.0
         if decode_seqs:
             decode_ms = (
@@ -306,16 +334,15 @@ class Engine:
                 + cfg.draft_ms_per_token * draft_tokens
             )
         overhead_scale = cfg.ttft_scale if prefill_tokens else cfg.itl_scale
-        ms = 0.0
-        if scheduled:
-            ms = (
-                cfg.step_overhead_ms * overhead_scale
-                + cfg.prefill_ms_per_token * prefill_tokens * cfg.ttft_scale
-                + decode_ms * cfg.itl_scale
-            )
-        end = now + ms / 1000.0
+        return (
+            cfg.step_overhead_ms * overhead_scale
+            + cfg.prefill_ms_per_token * prefill_tokens * cfg.ttft_scale
+            + decode_ms * cfg.itl_scale
+        )
 
-        # 5. timestamps, histograms, completions
+    def _stamp(self, emitted: list[tuple[EngineRequest, int]], end: float) -> list[EngineRequest]:
+        """Timestamps and histograms of the pass ending at `end`; returns the finished."""
+        stats = self.stats
         finished: list[EngineRequest] = []
         for req, _new in emitted:
             if req.first_token_time < 0:
@@ -326,7 +353,7 @@ class Engine:
             req.last_token_time = end
             if req.num_output >= req.output_len:
                 self.running.remove(req)
-                kv.free(req.blocks)
+                self.kv.free(req.blocks)
                 req.status = FINISHED
                 req.finished_time = end
                 stats.success[req.finish_reason] = stats.success.get(req.finish_reason, 0) + 1
@@ -335,9 +362,7 @@ class Engine:
                 stats.prefill.observe(req.first_token_time - req.scheduled_time)
                 stats.decode.observe(end - req.first_token_time)
                 finished.append(req)
-        return StepOutput(
-            now, ms / 1000.0, emitted, finished, preempted, prefill_tokens, decode_seqs
-        )
+        return finished
 
     def _speculate(self, req: EngineRequest) -> int:
         """Draw accepted drafts for one decode step (stop at the first rejection)."""

@@ -120,7 +120,10 @@ class Generation:
 
 
 def parse_generation(body: dict, chat: bool, cfg: SimConfig, content: ContentModel) -> Generation:
-    """Validate a generation body in vLLM's order (the first problem wins) and tokenise it."""
+    """Validate a generation body in vLLM's order (the first problem wins) and tokenise it.
+
+    Long because the checks are one ordered list: split, the order that decides which
+    problem a client sees would be spread over several functions."""
     tools = body.get("tools") if chat else None
     tool_choice = body.get("tool_choice", "auto" if tools else "none") if chat else "none"
     if chat:

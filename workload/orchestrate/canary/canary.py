@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workload.analyze.comparison import Comparison
 from workload.analyze.render import render_text
 from workload.analyze.startup import add_startup, split_startup_flags
 from workload.analyze.traffic import VALIDATED_BLOCKS
@@ -257,23 +258,16 @@ def run_canary(
     `servers` (side -> ServerSpec) are started by the canary; a side without one uses its URL.
     Returns the compare exit code (0 pass, 3 regression or candidate failed to start);
     raises CanaryError on bad input.
+
+    Long because of its signature (every canary option, 20 lines); the body is ~65 lines.
     """
-    if mode not in MODES:
-        raise CanaryError(f"bad mode {mode!r}: one of {', '.join(MODES)}")
     out_dir = Path(out_dir)
-    for side in SIDES:
-        if (out_dir / side).exists() and any((out_dir / side).iterdir()):
-            raise CanaryError(f"{out_dir / side} already holds a run; choose another --out")
+    _check_canary(mode, out_dir, blocks, early_stop)
     traffic = traffic_spec(run_args)
     thresholds, startup_flags = split_startup_flags(thresholds)
     pool = ServerPool(servers, out_dir, probe) if servers else None
     urls, logs = _targets(pool, (baseline_url, candidate_url), server_logs)
     bs = block_seconds(traffic.duration_s, mode, blocks, block_s)
-    if early_stop and (mode == "sequential" or blocks <= EARLY_FIRST_LOOK):
-        raise CanaryError(
-            f"--early-stop needs --blocks > {EARLY_FIRST_LOOK} and simultaneous or interleaved "
-            "mode (sequential runs every baseline block first: nothing to look at before the end)"
-        )
 
     def side_run(side: str, i: int | None, spec: RunSpec) -> Job:
         out = out_dir / side if i is None else out_dir / side / f"block-{i}"
@@ -319,23 +313,43 @@ def run_canary(
             n_boot=n_boot,
         )
     add_startup(cmp, startup_flags)
-    d = cmp.to_dict()
-    d["canary"] = {
+    canary: dict[str, Any] = {
         "mode": mode,
         "baseline": urls["baseline"],
         "candidate": urls["candidate"],
         "run_args": list(run_args),
     }
     if looks is not None:
-        d["canary"]["early_stop"] = looks.record()
+        canary["early_stop"] = looks.record()
     if pool is not None:
-        d["canary"]["servers"] = pool.records
+        canary["servers"] = pool.records
+    _write_verdict(cmp, canary, out_dir, html)
+    return cmp.exit_code
+
+
+def _check_canary(mode: str, out_dir: Path, blocks: int, early_stop: bool) -> None:
+    """Raise CanaryError for a bad mode, an --out that holds a run, or an impossible early stop."""
+    if mode not in MODES:
+        raise CanaryError(f"bad mode {mode!r}: one of {', '.join(MODES)}")
+    for side in SIDES:
+        if (out_dir / side).exists() and any((out_dir / side).iterdir()):
+            raise CanaryError(f"{out_dir / side} already holds a run; choose another --out")
+    if early_stop and (mode == "sequential" or blocks <= EARLY_FIRST_LOOK):
+        raise CanaryError(
+            f"--early-stop needs --blocks > {EARLY_FIRST_LOOK} and simultaneous or interleaved "
+            "mode (sequential runs every baseline block first: nothing to look at before the end)"
+        )
+
+
+def _write_verdict(cmp: Comparison, canary: dict[str, Any], out_dir: Path, html: bool) -> None:
+    """comparison.json (with the canary's own block), the console verdict, compare.html."""
+    d = cmp.to_dict()
+    d["canary"] = canary
     write_json(out_dir / "comparison.json", d)
     print(render_text(cmp))
     if html:
         write_compare_report(cmp, out_dir / "compare.html")
         print(f"report: {out_dir / 'compare.html'}")
-    return cmp.exit_code
 
 
 def _targets(

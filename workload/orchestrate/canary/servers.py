@@ -43,7 +43,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
+import yaml
+
 from workload.errors import ServerConfigError
+from workload.measure.artifacts import read_json, write_json
 from workload.observe.http_get import http_get
 from workload.stopping import die_with_parent, stop_child
 
@@ -116,8 +120,6 @@ def _num(v: Any, what: str) -> float:
 
 def load_servers_file(path: Path, sides: Iterable[str]) -> dict[str, ServerSpec]:
     """Read a --servers YAML file (format in the module docstring)."""
-    import yaml
-
     try:
         doc = yaml.safe_load(Path(path).read_text())
     except OSError as e:
@@ -193,8 +195,6 @@ def _now() -> str:
 
 def tree_rss(pid: int) -> tuple[int, list[int]]:
     """Resident memory (bytes) of a process and all its descendants, and their pids."""
-    import psutil
-
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
@@ -215,7 +215,7 @@ class GpuMemory:
         self.note: str | None = None
         self._nvml: Any = None
         try:
-            import pynvml  # type: ignore[import-not-found]
+            import pynvml  # type: ignore[import-not-found]  # deferred: optional, GPU hosts
 
             pynvml.nvmlInit()
             self._nvml = pynvml
@@ -508,8 +508,6 @@ class ServerPool:
 
 def attach_startup(run_dir: Path, record: Mapping[str, Any]) -> None:
     """Put a start-up record into a run directory's run.json as its `startup` block."""
-    from workload.measure.artifacts import read_json, write_json
-
     path = Path(run_dir) / "run.json"
     try:
         run = read_json(path)

@@ -31,6 +31,7 @@ from workload.measure import artifacts
 from workload.measure.records import RequestRecord, SessionRecord
 from workload.measure.slo import OVERALL, evaluate_slos, parse_slo_key
 from workload.measure.stats import Aggregate
+from workload.orchestrate.capacity.page import write_capacity_page
 from workload.orchestrate.capacity.search import (
     CapacityResult,
     SearchSpec,
@@ -38,6 +39,7 @@ from workload.orchestrate.capacity.search import (
     capacity_search,
     clearly_broken,
 )
+from workload.orchestrate.capacity.text import capacity_table
 from workload.stopping import stop_child
 
 POLL_S = 1.0
@@ -243,9 +245,6 @@ class CapacityDriver:
 
 def write_outputs(out: Path, result: Mapping[str, Any]) -> str:
     """capacity.json and capacity.html in ``out``; returns the console table."""
-    from workload.orchestrate.capacity.page import write_capacity_page
-    from workload.orchestrate.capacity.text import capacity_table
-
     artifacts.write_json(out / "capacity.json", dict(result))
     write_capacity_page(out / "capacity.html", result)
     return capacity_table(result)

@@ -13,6 +13,7 @@ from typing import Any
 
 import jinja2
 
+from workload.measure.slo import parse_slo_key
 from workload.report.charts import PALETTE, Series, line_chart
 from workload.report.views import TEMPLATES_DIR as _TEMPLATES
 from workload.report.views import fmt_ms, fmt_num, fmt_pct
@@ -102,8 +103,6 @@ def _headline(result: Mapping[str, Any]) -> str:
 
 
 def _slo_text(slos: Mapping[str, Mapping[str, float]]) -> str:
-    from workload.measure.slo import parse_slo_key
-
     parts = []
     for cls, keys in slos.items():
         for key, v in keys.items():

@@ -125,6 +125,28 @@ def export_run(
 ) -> ExportResult:
     """Write run_dir's requests as Mooncake JSONL (plus session_id) to out_path."""
     run_dir = Path(run_dir)
+    planner, tok = _replanner(run_dir, tokenizer)
+    res = ExportResult()
+    by_session: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for where, row in _rows(run_dir):
+        if not row or "session_id" not in row:
+            res.skipped.append(f"{where}: not a request record")
+            continue
+        by_session.setdefault(row["session_id"], []).append((where, row))
+    bodies: list[tuple[float, str, bytes, dict[str, Any]]] = []
+    for sid, rows in by_session.items():
+        bodies += _replanned_bodies(planner, sid, rows, res)
+    bodies.sort(key=lambda b: b[0])
+    out = _mooncake_rows(bodies, _Encoder(tok))
+    with open(out_path, "wb") as fh:
+        for line in out:
+            fh.write(orjson.dumps(line) + b"\n")
+    res.rows = len(out)
+    return res
+
+
+def _replanner(run_dir: Path, tokenizer: Tokenizer | None) -> tuple[SessionPlanner, Tokenizer]:
+    """The run's session planner, re-made from run.json. Raises TraceError."""
     try:
         run = read_json(run_dir / "run.json")
     except (OSError, ValueError) as e:
@@ -153,50 +175,56 @@ def export_run(
         )
     except (ProfileError, TokenizerUnavailable) as e:
         raise TraceError(f"{run_dir}: cannot re-plan the run ({str(e).splitlines()[0]})") from None
-    res = ExportResult()
-    by_session: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for where, row in _rows(run_dir):
-        if not row or "session_id" not in row:
-            res.skipped.append(f"{where}: not a request record")
-            continue
-        by_session.setdefault(row["session_id"], []).append((where, row))
-    enc = _Encoder(tok)
-    out: list[tuple[float, dict[str, Any]]] = []
+    return planner, tok
+
+
+def _replanned_bodies(
+    planner: SessionPlanner,
+    sid: str,
+    rows: list[tuple[str, dict[str, Any]]],
+    res: ExportResult,
+) -> list[tuple[float, str, bytes, dict[str, Any]]]:
+    """One session's re-planned bodies, checked against the recorded body_hash; rows that do
+    not follow the re-planned session are counted in `res.skipped`."""
     bodies: list[tuple[float, str, bytes, dict[str, Any]]] = []
-    for sid, rows in by_session.items():
-        rows.sort(key=lambda wr: (wr[1].get("step", 0), wr[1].get("attempt", 0)))
-        m = _SESSION_ID.match(sid)
-        if not m or m["cls"] not in planner.classes:
+    rows.sort(key=lambda wr: (wr[1].get("step", 0), wr[1].get("attempt", 0)))
+    m = _SESSION_ID.match(sid)
+    if not m or m["cls"] not in planner.classes:
+        res.skipped += [f"{w}: session id {sid!r} is not one this profile plans" for w, _ in rows]
+        return bodies
+    sess = planner.new_session(m["cls"], int(m["u"]), int(m["s"]))
+    for i, (_where, row) in enumerate(rows):
+        step = sess.next_step()
+        if step is None or (step.step, step.attempt) != (row.get("step"), row.get("attempt")):
             res.skipped += [
-                f"{w}: session id {sid!r} is not one this profile plans" for w, _ in rows
+                f"{w}: step {r.get('step')} attempt {r.get('attempt')} does not follow the "
+                "re-planned session"
+                for w, r in rows[i:]
             ]
-            continue
-        sess = planner.new_session(m["cls"], int(m["u"]), int(m["s"]))
-        for i, (_where, row) in enumerate(rows):
-            step = sess.next_step()
-            if step is None or (step.step, step.attempt) != (row.get("step"), row.get("attempt")):
-                res.skipped += [
-                    f"{w}: step {r.get('step')} attempt {r.get('attempt')} does not follow the "
-                    "re-planned session"
-                    for w, r in rows[i:]
-                ]
-                break
-            body = step.body
-            want = row.get("body_hash")
-            if want is not None and hashlib.blake2b(body, digest_size=8).hexdigest() != want:
-                res.skipped += [
-                    f"{w}: re-planned body differs from the recorded body_hash" for w, _ in rows[i:]
-                ]
-                break
-            if want is None:
-                res.unverified += 1
-            else:
-                res.verified += 1
-            bodies.append((float(row.get("t_start") or 0.0), sid, body, row))
-            sess.observe(
-                RequestRecord(status=row.get("status", "ok"), error_kind=row.get("error_kind"))
-            )
-    bodies.sort(key=lambda b: b[0])
+            break
+        body = step.body
+        want = row.get("body_hash")
+        if want is not None and hashlib.blake2b(body, digest_size=8).hexdigest() != want:
+            res.skipped += [
+                f"{w}: re-planned body differs from the recorded body_hash" for w, _ in rows[i:]
+            ]
+            break
+        if want is None:
+            res.unverified += 1
+        else:
+            res.verified += 1
+        bodies.append((float(row.get("t_start") or 0.0), sid, body, row))
+        sess.observe(
+            RequestRecord(status=row.get("status", "ok"), error_kind=row.get("error_kind"))
+        )
+    return bodies
+
+
+def _mooncake_rows(
+    bodies: list[tuple[float, str, bytes, dict[str, Any]]], enc: _Encoder
+) -> list[dict[str, Any]]:
+    """Mooncake rows of bodies sorted by start time: ms since the first, lengths, block hashes."""
+    out: list[dict[str, Any]] = []
     hasher = BlockHasher()
     t0 = bodies[0][0] if bodies else 0.0
     for t, sid, body, row in bodies:
@@ -206,19 +234,12 @@ def export_run(
         if outlen is None:
             outlen = d.get("max_tokens") or d.get("max_completion_tokens") or 0
         out.append(
-            (
-                t,
-                {
-                    "timestamp": int(round((t - t0) * 1000)),
-                    "input_length": len(tokens),
-                    "output_length": int(outlen),
-                    "hash_ids": hasher.hash_ids(tokens),
-                    "session_id": sid,
-                },
-            )
+            {
+                "timestamp": int(round((t - t0) * 1000)),
+                "input_length": len(tokens),
+                "output_length": int(outlen),
+                "hash_ids": hasher.hash_ids(tokens),
+                "session_id": sid,
+            }
         )
-    with open(out_path, "wb") as fh:
-        for _, line in out:
-            fh.write(orjson.dumps(line) + b"\n")
-    res.rows = len(out)
-    return res
+    return out

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from workload.measure.records import STATUS_CANCELLED, RequestRecord
 from workload.plan.payloads import PATHS, BodyOptions, completions_body
 from workload.plan.prompts import stable_key, synth_for
-from workload.plan.sessions import StepRequest
+from workload.plan.steps import StepRequest
 from workload.plan.tokens import Tokenizer
 from workload.plan.traces._blocks import BlockSynth
 from workload.plan.traces._read import BLOCK_TOKENS, TraceRequest
