@@ -18,7 +18,7 @@ from workload.measure.records import RequestRecord, SessionRecord
 from workload.measure.slo import SLOResult
 from workload.measure.stats import Aggregate
 from workload.run import reconcile
-from workload.run.checks import check_out_dir, check_workers
+from workload.run.checks import check_out_dir, check_workers, run_dir_lock
 from workload.run.finalize import EXIT_ERRORS, EXIT_SLO, last_line, outcome_reason
 from workload.run.spec import check_slos as check_slo_overrides
 from workload.stopping import exit_code_for_signal
@@ -169,3 +169,18 @@ def test_atomic_write_leaves_no_temp(tmp_path: Path) -> None:
     artifacts.write_atomic(tmp_path / "junit.xml", "<x/>")
     artifacts.write_json(tmp_path / "run.json", {"a": 1})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml", "run.json"]
+
+
+def test_a_locked_run_directory_refuses_a_second_run_at_once(tmp_path):
+    out = tmp_path / "runs" / "x"
+    with run_dir_lock(out):
+        assert out.is_dir()
+        with (
+            pytest.raises(UsageError, match="in use by another agentload run") as e,
+            run_dir_lock(out),
+        ):
+            pass
+        assert "\n" not in str(e.value)
+    with run_dir_lock(out):  # released at the end: the next run may use it
+        pass
+    assert not (out / ".agentload.lock").exists()
