@@ -73,7 +73,7 @@ def test_report_of_a_run_json_with_a_wrong_typed_field_is_written(tmp_path, caps
 
 def test_compare_and_report_of_wrong_typed_request_fields_give_a_verdict(tmp_path, capsys):
     a, b = agent_run(tmp_path / "a"), agent_run(tmp_path / "b")
-    _edit_rows(b / "requests.jsonl", e2e_ms=[1], prompt_tokens="x", t_start="x")
+    _edit_rows(b / "requests.jsonl", e2e_ms=[1], prompt_tokens="x", t_start="x", user_class=5)
     _edit_rows(b / "sessions.jsonl", duration_ms="x", session_id=[1])
     code = main(["compare", str(a), str(b), "--html", str(tmp_path / "c.html"), "--n-boot", "100"])
     assert code in (0, 3, 4)

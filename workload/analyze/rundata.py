@@ -102,7 +102,8 @@ class RunData:
 
     @property
     def classes(self) -> list[str]:
-        names = {c or "" for c in self.req_cols.names} | {c or "" for c in self.sess_cols.names}
+        # str(): a class name of another type in a damaged file must not break the sort
+        names = {str(c or "") for c in (*self.req_cols.names, *self.sess_cols.names)}
         return sorted(names)
 
 
