@@ -178,6 +178,7 @@ def test_explicit_values_win_over_the_profile():
         (["--profile", "no-such-profile"], "no-such-profile"),
         (["--tokenizer", "x"], "invalid choice"),
         (["--host", "http://[::1"], "bad --host 'http://[::1'"),
+        (["--host", "http://user:pw@127.0.0.1:9"], "bad --host 'http://***@127.0.0.1:9': credent"),
         (["--users", "1000000000"], "bad --users 1000000000: it must be at most 100000"),
         (["--max-in-flight", "1000000000"], "bad --max-in-flight 1000000000: it must be at most"),
         (["--max-error-ratio", "nan"], "bad --max-error-ratio nan: it must be a ratio between"),

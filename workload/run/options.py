@@ -71,6 +71,11 @@ def check_host(url: str) -> str:
         raise UsageError(
             f"bad --host {redact_url(url)!r}: use a base URL such as http://127.0.0.1:8000"
         )
+    if "@" in p.netloc:  # neither the probe nor the client sends URL credentials
+        raise UsageError(
+            f"bad --host {redact_url(url)!r}: credentials in the URL are not used; give the "
+            "API key in $OPENAI_API_KEY (or name its variable with --api-key-env)"
+        )
     return url.rstrip("/")
 
 
