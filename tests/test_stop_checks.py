@@ -184,3 +184,21 @@ def test_a_locked_run_directory_refuses_a_second_run_at_once(tmp_path):
     with run_dir_lock(out):  # released at the end: the next run may use it
         pass
     assert not (out / ".agentload.lock").exists()
+
+
+def test_a_closed_stdout_is_silence_not_an_exception(monkeypatch):
+    import io
+    import os
+    import sys
+
+    from workload.stopping import tolerate_closed_stdout
+
+    r, w = os.pipe()
+    pipe = io.TextIOWrapper(os.fdopen(w, "wb"), line_buffering=True)
+    monkeypatch.setattr(sys, "stdout", pipe)
+    tolerate_closed_stdout()
+    print("first line", flush=True)
+    os.close(r)  # `| head -1` read its line and went away
+    for _ in range(3):
+        print("progress", flush=True)  # BrokenPipeError before: it stopped the run
+    sys.stdout.flush()

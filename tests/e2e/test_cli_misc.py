@@ -145,3 +145,23 @@ def test_two_runs_into_one_out_at_once_are_one_run_and_one_refusal(tmp_path: Pat
     assert "Traceback" not in second.stderr
     ids = {json.loads(ln)["run_id"] for ln in (out / "requests.jsonl").read_text().splitlines()}
     assert len(ids) == 1
+
+
+@pytest.mark.slow
+def test_a_run_whose_stdout_closes_early_ends_with_its_artifacts(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workload.cli", "run", "--profile", CHAT_PROFILE, "--users", "1",
+         "--duration", "3s", "--sim-preset", "fast", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline()
+        proc.stdout.close()  # as `agentload run … | head -1` does
+        _, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err
+    for name in ("run.json", "stats.json", "report.html"):
+        assert (out / name).is_file()
