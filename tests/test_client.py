@@ -607,3 +607,10 @@ def test_terminal_escapes_in_server_strings_never_reach_the_record():
         ]
     )
     assert rec.model == "m"
+
+
+def test_a_stream_of_only_done_is_an_empty_response_error():
+    rec, _, _ = run([(5, sse("[DONE]"))])
+    assert rec.status == "error" and rec.error_kind == "empty_response"
+    assert "no content" in rec.error_detail
+    assert run(HAPPY)[0].status == "ok"  # a reply with content is answered

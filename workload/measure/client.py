@@ -560,6 +560,17 @@ class Client:
         rec.e2e_ms = _ms(end_ns - sent_ns)
         times = reply.content_times
         rec.chunks = len(times)
+        if (
+            rec.ok
+            and not times
+            and not rec.text
+            and not rec.tool_calls
+            and not rec.completion_tokens
+        ):
+            # `data: [DONE]` alone, or a body without a message: nothing was generated, which
+            # is a failure of its own (it used to count as an answered request)
+            fail(rec, "empty_response", "the reply has no content, no tool call and no "
+                 "completion tokens")  # fmt: skip
         if times:
             rec.ttft_ms = _ms(times[0] - sent_ns)
             gaps = _gaps_ms(times)
