@@ -202,3 +202,13 @@ def test_a_closed_stdout_is_silence_not_an_exception(monkeypatch):
     for _ in range(3):
         print("progress", flush=True)  # BrokenPipeError before: it stopped the run
     sys.stdout.flush()
+
+
+def test_an_unreachable_host_leaves_no_run_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    fixture = str(Path(__file__).parent / "fixtures" / "e2e_chat.yaml")
+    for out in (["--out", str(tmp_path / "x")], []):  # --out, and the default runs/<id>
+        code = main(["run", "--host", "http://127.0.0.1:1", "--profile", fixture,
+                     "--duration", "2s", *out])  # fmt: skip
+        assert code == EXIT_BAD_INPUT and "cannot reach" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "runs").exists()
