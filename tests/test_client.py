@@ -583,3 +583,34 @@ def test_kernel_stamps_never_go_before_the_previous_read_or_the_send():
     assert rec.ttft_ms == 0.0  # clamped to the send stamp
     assert rec.itl_gaps_ms == [0.0, 82.0]  # clamped to the previous; then the user-space stamp
     assert rec.e2e_ms == 83.0
+
+
+def test_an_echoed_api_key_and_bearer_token_never_reach_the_record():
+    echo = b'{"error": "bad key in header Authorization: Bearer sk-live-123456 for sk-live-123456"}'
+    rec, _, _ = run([(1, echo)], status=401, api_key="sk-live-123456")
+    assert rec.error_kind == "http_status" and "sk-live" not in rec.error_detail
+    assert "Bearer ***" in rec.error_detail
+    other = b'{"error": "proxy saw authorization=Bearer%20abc.def-ghi"}'
+    rec, _, _ = run([(1, other)], status=403)
+    assert "abc.def" not in rec.error_detail
+
+
+def test_terminal_escapes_in_server_strings_never_reach_the_record():
+    evil = b"<h1>\x1b[2J\x1b]0;pwned\x07down\x00</h1>"
+    rec, _, _ = run([(1, evil)], status=500)
+    assert "\x1b" not in rec.error_detail and "\x07" not in rec.error_detail
+    assert "down" in rec.error_detail
+    rec, _, _ = run(
+        [
+            (1, sse(chunk({"content": "x"}, finish="stop", model="m\x1b]0;t\x07"))),
+            (1, sse("[DONE]")),
+        ]
+    )
+    assert rec.model == "m"
+
+
+def test_a_stream_of_only_done_is_an_empty_response_error():
+    rec, _, _ = run([(5, sse("[DONE]"))])
+    assert rec.status == "error" and rec.error_kind == "empty_response"
+    assert "no content" in rec.error_detail
+    assert run(HAPPY)[0].status == "ok"  # a reply with content is answered

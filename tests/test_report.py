@@ -171,3 +171,19 @@ def test_run_report_of_an_agent_run_says_why_it_failed(tmp_path):
     tool = html[html.index('id="tool-loop"') :]
     assert "First tool-loop failures" in tool and "read_file" in tool
     assert 'id="idle-gap"' in html and "30–60 s" in html
+
+
+ESC = "m\x1b[2J\x1b]0;pwned\x07x\x00"
+
+
+def test_terminal_escapes_from_server_strings_never_reach_the_pages(tmp_path):
+    fp = {"version": {"value": ESC, "source": "/version"}}
+    a = write_run(tmp_path / "a", model=ESC, fingerprint=fp, labels={"team": ESC})
+    b = write_run(tmp_path / "b", run_id="run-b", noise_seed=2, model=ESC)
+    for page in (
+        write_run_report(a),
+        write_compare_report(compare_runs(a, b), tmp_path / "c.html"),
+    ):
+        html = page.read_text()
+        assert "\x1b" not in html and "\x07" not in html and "\x00" not in html
+        assert "mx" in html  # the text around the escapes stays

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
 
 import pytest
 
 from tests.fake_vllm import FakeVLLM, js
+from workload.observe.http_get import http_get
 from workload.observe.safe import redact_url, redact_urls_in, sanitize
 from workload.observe.target import SetupError, probe_target
 
@@ -65,3 +68,60 @@ def test_probe_refuses_non_string_model_ids():
         pytest.raises(SetupError, match="without a model list"),
     ):
         probe_target(srv.url, None, None, timeout_s=5)
+
+
+class _NotHTTP:
+    """A TCP server on 127.0.0.1 that answers every connection with bytes that are not HTTP."""
+
+    def __init__(self, reply: bytes = b"SSH-2.0-OpenSSH_9.6\r\n\r\n") -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.reply = reply
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(4096)
+                conn.sendall(self.reply)
+
+    def __enter__(self) -> _NotHTTP:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+def test_a_target_that_answers_non_http_bytes_is_one_setup_error():
+    with _NotHTTP() as srv, pytest.raises(SetupError, match="did not answer in HTTP") as e:
+        probe_target(srv.url, None, None, timeout_s=5)
+    assert "\n" not in str(e.value)
+    with _NotHTTP() as srv:
+        status, reason = http_get(srv.url, "/metrics", None, 5)
+    assert status is None and "BadStatusLine" in str(reason)
+
+
+@pytest.mark.parametrize(
+    ("served", "want"),
+    [
+        (4096, 4096),
+        ("4096", 4096),
+        ("4k", None),
+        (-1, None),
+        (True, None),
+        ([1], None),
+        (None, None),
+    ],
+)
+def test_a_wrong_typed_max_model_len_from_the_server_is_unknown(served, want):
+    models = {"data": [{"id": "m", "max_model_len": served, "root": 7}]}
+    with FakeVLLM({"/v1/models": js(models)}) as srv:
+        got = probe_target(srv.url, None, None, timeout_s=5)
+    assert got["max_model_len"] == want and got["root"] is None

@@ -189,6 +189,17 @@ def test_explicit_values_win_over_the_profile():
         (["--host", "localhost:8000"], "bad --host 'localhost:8000'"),
         (["--profile", "no-such-profile"], "no-such-profile"),
         (["--tokenizer", "x"], "invalid choice"),
+        (["--host", "http://[::1"], "bad --host 'http://[::1'"),
+        (["--host", "http://user:pw@127.0.0.1:9"], "bad --host 'http://***@127.0.0.1:9': credent"),
+        (["--users", "1000000000"], "bad --users 1000000000: it must be at most 100000"),
+        (["--max-in-flight", "1000000000"], "bad --max-in-flight 1000000000: it must be at most"),
+        (["--max-error-ratio", "nan"], "bad --max-error-ratio nan: it must be a ratio between"),
+        (["--max-error-ratio", "2"], "bad --max-error-ratio 2: it must be a ratio between"),
+        (["--spawn-rate", "inf"], "bad --spawn-rate inf: it must be a finite number"),
+        (["--speedup", "nan"], "bad --speedup nan: it must be a finite number"),
+        (["--sim-set", "ttft_scale=nan"], "--sim-set/--sim-fault: setting ttft_scale: 'nan'"),
+        (["--sim-fault", "500=nan"], "--sim-fault: --fault 500: rate 'nan' is not a number"),
+        (["--sim-preset", "nope"], "unknown preset 'nope'"),
     ],
 )
 def test_bad_run_options_are_one_usage_error(argv, message):

@@ -18,7 +18,7 @@ from workload.measure.records import RequestRecord, SessionRecord
 from workload.measure.slo import SLOResult
 from workload.measure.stats import Aggregate
 from workload.run import reconcile
-from workload.run.checks import check_out_dir, check_workers
+from workload.run.checks import check_out_dir, check_workers, run_dir_lock
 from workload.run.finalize import EXIT_ERRORS, EXIT_SLO, last_line, outcome_reason
 from workload.run.spec import check_slos as check_slo_overrides
 from workload.stopping import exit_code_for_signal
@@ -169,3 +169,46 @@ def test_atomic_write_leaves_no_temp(tmp_path: Path) -> None:
     artifacts.write_atomic(tmp_path / "junit.xml", "<x/>")
     artifacts.write_json(tmp_path / "run.json", {"a": 1})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml", "run.json"]
+
+
+def test_a_locked_run_directory_refuses_a_second_run_at_once(tmp_path):
+    out = tmp_path / "runs" / "x"
+    with run_dir_lock(out):
+        assert out.is_dir()
+        with (
+            pytest.raises(UsageError, match="in use by another agentload run") as e,
+            run_dir_lock(out),
+        ):
+            pass
+        assert "\n" not in str(e.value)
+    with run_dir_lock(out):  # released at the end: the next run may use it
+        pass
+    assert not (out / ".agentload.lock").exists()
+
+
+def test_a_closed_stdout_is_silence_not_an_exception(monkeypatch):
+    import io
+    import os
+    import sys
+
+    from workload.stopping import tolerate_closed_stdout
+
+    r, w = os.pipe()
+    pipe = io.TextIOWrapper(os.fdopen(w, "wb"), line_buffering=True)
+    monkeypatch.setattr(sys, "stdout", pipe)
+    tolerate_closed_stdout()
+    print("first line", flush=True)
+    os.close(r)  # `| head -1` read its line and went away
+    for _ in range(3):
+        print("progress", flush=True)  # BrokenPipeError before: it stopped the run
+    sys.stdout.flush()
+
+
+def test_an_unreachable_host_leaves_no_run_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    fixture = str(Path(__file__).parent / "fixtures" / "e2e_chat.yaml")
+    for out in (["--out", str(tmp_path / "x")], []):  # --out, and the default runs/<id>
+        code = main(["run", "--host", "http://127.0.0.1:1", "--profile", fixture,
+                     "--duration", "2s", *out])  # fmt: skip
+        assert code == EXIT_BAD_INPUT and "cannot reach" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "runs").exists()

@@ -396,3 +396,22 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
         assert main(["trace", *args]) == 2, args
         err = capsys.readouterr().err
         assert err.startswith("agentload: error: ") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("fmt", ["auto", "mooncake", "azure"])
+def test_a_fifo_or_a_device_is_refused_without_reading_it(tmp_path, fmt):
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)  # opening it would block until a writer came
+    for path, what in ((fifo, "is a FIFO"), (Path("/dev/zero"), "is a device")):
+        with pytest.raises(TraceError, match=what):
+            read_trace(path, fmt)
+
+
+def test_a_trace_larger_than_the_cap_is_refused_before_reading(tmp_path, monkeypatch):
+    import workload.plan.traces._read as reader
+
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\n' * 100)
+    monkeypatch.setattr(reader, "MAX_TRACE_BYTES", 1 << 10)
+    with pytest.raises(TraceError, match="larger than the"):
+        read_trace(big)

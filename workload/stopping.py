@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TextIO
 
 from workload.errors import EXIT_ERRORS
 
@@ -319,3 +320,49 @@ def _wait(proc: subprocess.Popen[bytes], received: list[int]) -> int:
             deadline = time.monotonic() + HARD_STOP_AFTER_S
         if deadline is not None and time.monotonic() > deadline:
             kill_group(proc.pid)
+
+
+# ---------------------------------------------------------------------------------------------
+# a closed standard output
+
+
+class _ClosedPipeTolerant:
+    """sys.stdout that, once its reader went away (`agentload run … | head -1`), sends the
+    rest to /dev/null instead of raising BrokenPipeError into whatever printed: a progress
+    line must not stop the run, its summary or its artifacts."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self) -> None:
+        self._gone = True
+        # fd 1 to /dev/null: the interpreter's last flush and any child stay quiet too
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+def tolerate_closed_stdout() -> None:
+    """From now on a closed standard output is silence, never an exception."""
+    if not isinstance(sys.stdout, _ClosedPipeTolerant) and sys.stdout is not None:
+        sys.stdout = _ClosedPipeTolerant(sys.stdout)  # type: ignore[assignment]

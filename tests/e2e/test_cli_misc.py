@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,47 @@ def test_own_locustfile_around_agentload_sessions(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stdout + p.stderr
     rows = read_records(out, "requests")
     assert len(rows) == 2 * 3 and all(r["status"] == "ok" for r in rows)
+
+
+@pytest.mark.slow
+def test_two_runs_into_one_out_at_once_are_one_run_and_one_refusal(tmp_path: Path) -> None:
+    out = tmp_path / "shared"
+    cmd = [sys.executable, "-m", "workload.cli", "run", "--profile", CHAT_PROFILE, "--users", "1",
+           "--duration", "3s", "--sim-preset", "fast", "--out", str(out)]  # fmt: skip
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "spec.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the first run holds the lock once its spec is written
+        # --overwrite: without the lock it removed the first run's files and wrote its own
+        second = subprocess.run([*cmd, "--overwrite"], capture_output=True, text=True, timeout=120)
+        _, err1 = first.communicate(timeout=120)
+    finally:
+        first.kill()
+    assert first.returncode == 0, err1
+    assert second.returncode == 2
+    lines = [ln for ln in second.stderr.splitlines() if ln.startswith("agentload: error:")]
+    assert len(lines) == 1 and "is in use by another agentload run" in lines[0]
+    assert "Traceback" not in second.stderr
+    ids = {json.loads(ln)["run_id"] for ln in (out / "requests.jsonl").read_text().splitlines()}
+    assert len(ids) == 1
+
+
+@pytest.mark.slow
+def test_a_run_whose_stdout_closes_early_ends_with_its_artifacts(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workload.cli", "run", "--profile", CHAT_PROFILE, "--users", "1",
+         "--duration", "3s", "--sim-preset", "fast", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline()
+        proc.stdout.close()  # as `agentload run … | head -1` does
+        _, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err
+    for name in ("run.json", "stats.json", "report.html"):
+        assert (out / name).is_file()

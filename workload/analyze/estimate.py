@@ -205,7 +205,7 @@ def scope_metrics(
     wmax = (float(Wa.shape[1]), float(Wb.shape[1]))
     # The values of every latency quantile and shift, sorted once, then their bootstrap
     # quantiles in one batch per weight matrix (one product for all their pivots).
-    items: tuple[list, list] = ([], [])
+    items: _Items = ([], [])
     lat_rows = _quantile_items(sc, names, items)
     shifts = _shift_items(scope_name, sc, names, items)
     if Wb is Wa:  # no one-sided sessions: one batch, one product for both sides
@@ -225,10 +225,13 @@ def scope_metrics(
 
 
 # (latency, quantile names, qs, per side: (points, n, item number | None))
+# One batch of sorted values to resample: (values, their clusters, the quantiles wanted).
+_Item = tuple[np.ndarray, np.ndarray, list[float]]
+_Items = tuple[list[_Item], list[_Item]]
 _LatRow = tuple[str, list[str], list[float], list[tuple[list[float | None], int, int | None]]]
 
 
-def _quantile_items(sc: Scope, names: list[str], items: tuple[list, list]) -> list[_LatRow]:
+def _quantile_items(sc: Scope, names: list[str], items: _Items) -> list[_LatRow]:
     """Each latency's sorted values per side appended to `items`; its rows' point estimates."""
     idx = (sc.cl_a, sc.cl_b)
     lat_names: dict[str, list[str]] = {}
@@ -260,7 +263,7 @@ def _quantile_items(sc: Scope, names: list[str], items: tuple[list, list]) -> li
 
 
 def _shift_items(
-    scope_name: str, sc: Scope, names: list[str], items: tuple[list, list]
+    scope_name: str, sc: Scope, names: list[str], items: _Items
 ) -> list[tuple[MetricDiff, int | None, float]]:
     """Each shift's row, its index in A's `items` (None: not resampled) and its median."""
     shifts: list[tuple[MetricDiff, int | None, float]] = []

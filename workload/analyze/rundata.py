@@ -20,6 +20,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from workload.analyze.run_shape import checked_rows, checked_run
 from workload.analyze.table import Columns
 from workload.errors import CompareError
 from workload.measure.artifacts import iter_jsonl_chunks, read_json
@@ -46,6 +47,7 @@ class RunData:
         skipped: list[str] | None = None,
         block_durations: dict[str, float | None] | None = None,
         rows: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None,
+        left_out: list[str] | None = None,
     ) -> None:
         self.path = path
         self.run = run
@@ -59,6 +61,8 @@ class RunData:
         # Interleaved side: block name -> its duration (s); session ids carry "BLOCK:" prefixes.
         self.block_durations = block_durations or {}
         self._rows = rows
+        # "run.json.FIELD is a str, not an object: left out" per wrong-typed field (run_shape)
+        self.left_out = left_out or []
 
     def _dicts(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         if self._rows is None:
@@ -81,18 +85,26 @@ class RunData:
         return len(self.skipped)
 
     def skipped_warning(self) -> str | None:
-        """One warning line about corrupt lines left out, or None when there were none."""
-        if not self.skipped:
-            return None
-        more = f" (and {len(self.skipped) - 1} more)" if len(self.skipped) > 1 else ""
-        return (
-            f"{self.path}: skipped {len(self.skipped)} corrupt JSONL line"
-            f"{'s' if len(self.skipped) != 1 else ''}: {self.skipped[0]}{more}"
-        )
+        """One warning line about corrupt lines and wrong-typed run.json fields left out, or
+        None when there were none."""
+        parts = []
+        if self.skipped:
+            more = f" (and {len(self.skipped) - 1} more)" if len(self.skipped) > 1 else ""
+            parts.append(
+                f"skipped {len(self.skipped)} corrupt JSONL line"
+                f"{'s' if len(self.skipped) != 1 else ''}: {self.skipped[0]}{more}"
+            )
+        if self.left_out:
+            n = len(self.left_out)
+            more = f" (and {n - 1} more)" if n > 1 else ""
+            parts.append(f"left out {n} wrong-typed field{'s' if n != 1 else ''}: "
+                         f"{self.left_out[0]}{more}")  # fmt: skip
+        return f"{self.path}: {'; '.join(parts)}" if parts else None
 
     @property
     def classes(self) -> list[str]:
-        names = {c or "" for c in self.req_cols.names} | {c or "" for c in self.sess_cols.names}
+        # str(): a class name of another type in a damaged file must not break the sort
+        names = {str(c or "") for c in (*self.req_cols.names, *self.sess_cols.names)}
         return sorted(names)
 
 
@@ -144,11 +156,16 @@ def _columns(
 def _read_rows(path: Path, blocks: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The request and session rows as dicts; blocks merged with prefixed session ids."""
     if not blocks:
-        return _rows(path, "requests", []), _rows(path, "sessions", [])
+        reqs, sess = _rows(path, "requests", []), _rows(path, "sessions", [])
+        checked_rows(reqs, "requests.jsonl", [])
+        checked_rows(sess, "sessions.jsonl", [])
+        return reqs, sess
     out: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
     for b in blocks:
         for kind, dest in (("requests", out[0]), ("sessions", out[1])):
-            for r in _rows(path / b, kind, []):
+            rows = _rows(path / b, kind, [])
+            checked_rows(rows, f"{b}/{kind}.jsonl", [])
+            for r in rows:
                 dest.append({**r, "session_id": f"{b}:{r.get('session_id', '')}"})
     return out
 
@@ -170,6 +187,8 @@ def _load_one(run_dir: Path, rows: bool = False) -> RunData:
         raise CompareError(f"{run_dir}/run.json: unreadable ({e})") from None
     if not isinstance(run, dict):
         raise CompareError(f"{run_dir}/run.json: not a JSON object")
+    left_out: list[str] = []
+    run = checked_run(run, left_out, f"{run_dir.name}/run.json")
     stats = None
     if (run_dir / "stats.json").exists():
         try:
@@ -181,7 +200,13 @@ def _load_one(run_dir: Path, rows: bool = False) -> RunData:
     keep: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = ([], []) if rows else None
     reqs = _columns(run_dir, "requests", skipped, keep[0] if keep else None)
     sess = _columns(run_dir, "sessions", skipped, keep[1] if keep else None)
-    return RunData(run_dir, run, reqs, sess, metrics, stats, _duration(run), skipped, rows=keep)
+    if keep:  # the rows as dicts feed the report's views: checked like the columns are
+        checked_rows(keep[0], f"{run_dir.name}/requests.jsonl", left_out)
+        checked_rows(keep[1], f"{run_dir.name}/sessions.jsonl", left_out)
+    return RunData(
+        run_dir, run, reqs, sess, metrics, stats, _duration(run), skipped, rows=keep,
+        left_out=left_out,
+    )  # fmt: skip
 
 
 def load_run(path: Path | str, *, rows: bool = False) -> RunData:
@@ -206,6 +231,7 @@ def load_run(path: Path | str, *, rows: bool = False) -> RunData:
     run = dict(parts[0].run)
     run["blocks"] = [b.name for b in blocks]
     skipped = [w for d in parts for w in d.skipped]
+    left_out = [w for d in parts for w in d.left_out]
     bd = {b.name: d.duration_s for b, d in zip(blocks, parts, strict=True)}
     reqs = Columns.merge([(b.name, d.req_cols) for b, d in zip(blocks, parts, strict=True)])
     sess = Columns.merge([(b.name, d.sess_cols) for b, d in zip(blocks, parts, strict=True)])
@@ -216,7 +242,7 @@ def load_run(path: Path | str, *, rows: bool = False) -> RunData:
             for src, dest in ((d.requests, keep[0]), (d.sessions, keep[1])):
                 dest.extend({**r, "session_id": f"{b.name}:{r.get('session_id', '')}"} for r in src)
     dur = sum(durs) if durs else None
-    return RunData(path, run, reqs, sess, mets, None, dur, skipped, bd, keep)
+    return RunData(path, run, reqs, sess, mets, None, dur, skipped, bd, keep, left_out)
 
 
 # requests*.jsonl per run from which `load_pair` reads the two runs at once (about 250,000

@@ -33,6 +33,7 @@ from workload.stopping import (
     before_run,
     exit_code_for_signal,
     stopped_before_run_line,
+    tolerate_closed_stdout,
 )
 
 __all__ = ["main", "resolve_run"]
@@ -197,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         print_error(f"unknown command {name!r}; one of: {', '.join(COMMANDS)}")
         return EXIT_BAD_INPUT
     command = COMMANDS[name][0]
+    tolerate_closed_stdout()  # a closed pipe on stdout never stops a command half-way
     try:
         # `run`: a SIGTERM / SIGHUP while the profile loads, the target is probed or the
         # simulator starts is one line and 143 / 129, like Ctrl-C (run_child routes them

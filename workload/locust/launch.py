@@ -15,10 +15,11 @@ import sys
 from importlib import metadata
 
 from workload.errors import EXIT_SIGINT
-from workload.stopping import READY_FD_ENV
+from workload.stopping import READY_FD_ENV, tolerate_closed_stdout
 
 
 def main() -> int:
+    tolerate_closed_stdout()  # `agentload run … | head -1`: the run goes on, silently
     try:
         # Tell `agentload run` this process runs Python code now: from here a Ctrl-C is a
         # KeyboardInterrupt caught below (before this, the parent kills it instead).

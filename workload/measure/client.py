@@ -65,7 +65,7 @@ from workload.measure.transport import (
     TransportError,
     TransportResponse,
 )
-from workload.observe.safe import redact_url
+from workload.observe.safe import clean_server_text, redact_url, sanitize
 
 ERROR_EXCERPT_CHARS = 500
 _TERMINAL = frozenset(("timeout", "stall", "stream_reset", "cancelled", "connect"))
@@ -393,6 +393,7 @@ class Client:
                 raise ValueError("api_key must not contain line breaks")
             headers["Authorization"] = f"Bearer {api_key}"
         self._headers = headers
+        self._secrets = (api_key,)  # never stored: redacted from every server string kept
         self._transport: Transport = transport or GeventTransport(
             self.base_url, connect_timeout_s=connect_timeout_s, concurrency=concurrency
         )
@@ -489,6 +490,13 @@ class Client:
                 with contextlib.suppress(Exception):
                     resp.close()
         self._measure(rec, reply, sent[0], end_ns)
+        if rec.error_detail:
+            # stored and shown (requests.jsonl, report.html, the console): no escapes, no key
+            rec.error_detail = clean_server_text(rec.error_detail, self._secrets)
+        for name in ("model", "system_fingerprint", "finish_reason", "response_id"):
+            value = getattr(rec, name)
+            if isinstance(value, str) and not value.isprintable():
+                setattr(rec, name, sanitize(value))
         return rec
 
     def _read_stream(
@@ -555,6 +563,17 @@ class Client:
         rec.e2e_ms = _ms(end_ns - sent_ns)
         times = reply.content_times
         rec.chunks = len(times)
+        if (
+            rec.ok
+            and not times
+            and not rec.text
+            and not rec.tool_calls
+            and not rec.completion_tokens
+        ):
+            # `data: [DONE]` alone, or a body without a message: nothing was generated, which
+            # is a failure of its own (it used to count as an answered request)
+            fail(rec, "empty_response", "the reply has no content, no tool call and no "
+                 "completion tokens")  # fmt: skip
         if times:
             rec.ttft_ms = _ms(times[0] - sent_ns)
             gaps = _gaps_ms(times)

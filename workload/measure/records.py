@@ -24,6 +24,7 @@ ERROR_KINDS = (
     # a reply of the wrong shape: a body that is not a completion (no `choices`), a streaming
     # reply that is not an event stream (HTML page, JSON body), an error event in the stream
     "bad_response",
+    "empty_response",  # a 2xx reply that generated nothing: no content, tool call or token
     "tool_loop",  # the step failed the tool loop (missing/malformed/unknown tool call)
 )
 

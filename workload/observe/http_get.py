@@ -6,6 +6,7 @@ reason, a sample, an error string or a log line.
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.request
 
@@ -22,6 +23,6 @@ def http_get(
             return resp.status, resp.read()
     except urllib.error.HTTPError as e:
         return e.code, f"HTTP {e.code}"
-    except (urllib.error.URLError, OSError, ValueError) as e:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
         reason = getattr(e, "reason", e)
         return None, f"{type(e).__name__}: {reason}"

@@ -52,3 +52,23 @@ _USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
 def redact_urls_in(text: str) -> str:
     """Every ``scheme://user:pass@`` inside free text redacted (error messages quoting a URL)."""
     return _USERINFO.sub(r"\1***@", text)
+
+
+# "Bearer <token>" as an echoed Authorization header or a quoted one ("Bearer sk-…").
+_BEARER = re.compile(r"(?i)\b(bearer)(\s+|%20)[^\s\"'<>,;&]+")
+
+
+def redact_secrets(text: str, secrets: tuple[str | None, ...] = ()) -> str:
+    """``text`` with every ``Bearer <token>`` and every value in ``secrets`` (the API key)
+    replaced by ``***``: a proxy that echoes the request's Authorization header in its
+    error body must not put the key into requests.jsonl or report.html."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:  # a one-letter "key" would blank the whole text
+            text = text.replace(secret, "***")
+    return _BEARER.sub(r"\1 ***", text)
+
+
+def clean_server_text(text: str, secrets: tuple[str | None, ...] = ()) -> str:
+    """A server string fit to store and show: no control characters or escape sequences,
+    no credentials (URL userinfo, Bearer tokens, the API key)."""
+    return redact_urls_in(redact_secrets(sanitize(text), secrets))

@@ -6,6 +6,7 @@ Locust's gevent monkey-patching.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -40,6 +41,11 @@ def probe_target(
             f"{shown} is not an OpenAI-compatible server: GET /v1/models answered HTTP {e.code}{hint}; "
             "point --host at the server's base URL (without /v1)"
         ) from None
+    except http.client.HTTPException as e:  # an answer that is not HTTP (BadStatusLine, ...)
+        raise SetupError(
+            f"{shown} did not answer in HTTP ({type(e).__name__}: "
+            f"{redact_urls_in(sanitize(e))[:120]}); is --host the server's http:// base URL?"
+        ) from None
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = redact_urls_in(sanitize(getattr(e, "reason", e)))
         raise SetupError(
@@ -67,6 +73,16 @@ def probe_target(
     return {
         "model": chosen,
         "models": ids,
-        "max_model_len": entry.get("max_model_len"),
-        "root": entry.get("root"),
+        "max_model_len": _context_length(entry.get("max_model_len")),
+        "root": entry.get("root") if isinstance(entry.get("root"), str) else None,
     }
+
+
+def _context_length(value: object) -> int | None:
+    """A served max_model_len as a positive int (a digit string too); anything else unknown.
+    The server's answer is input like any other: a wrong-typed field must not reach the planner."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None

@@ -20,7 +20,7 @@ from typing import Any
 from workload.measure import artifacts
 from workload.orchestrate.preflight import preflight
 from workload.orchestrate.simhost import start_embedded_sim
-from workload.run.checks import check_out_dir, check_workers
+from workload.run.checks import check_out_dir, check_workers, run_dir_lock
 from workload.run.options import OPTIONS
 from workload.run.spec import RunSpec, write_spec
 from workload.stopping import ignore_stops, run_child
@@ -89,9 +89,12 @@ def run_locust(spec: RunSpec) -> int:
         if not spec.host:
             sim, spec = start_embedded_sim(spec)
         preflight(spec)
-        check_out_dir(out, overwrite=spec.overwrite)  # created only now: the run will start
-        spec_file = write_spec(spec, out)
-        code = run_child(locust_argv(spec, spec_file), out, measured=lambda: _measured(out))
+        # Created only now (the run will start), and locked before anything in it is checked
+        # or removed (--overwrite): a second run into it is refused, never interleaved.
+        with run_dir_lock(out):
+            check_out_dir(out, overwrite=spec.overwrite)
+            spec_file = write_spec(spec, out)
+            code = run_child(locust_argv(spec, spec_file), out, measured=lambda: _measured(out))
         ignore_stops()  # over: only the simulator's stop is left
         return code
     finally:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import time
 
-from workload.errors import ProfileError, SetupError, UsageError
-from workload.observe.safe import redact_url
+from workload.errors import ProfileError, SetupError, TokenizerUnavailable, UsageError
+from workload.observe.safe import redact_url, redact_urls_in
 from workload.observe.target import probe_target
 from workload.plan.sessions import SessionPlanner
-from workload.plan.tokens import get_tokenizer
+from workload.plan.tokens import ServerTokenizer, get_tokenizer
 from workload.run.replay import check_context, trace_note
 from workload.run.spec import RunSpec
 
@@ -45,8 +45,9 @@ def preflight(spec: RunSpec) -> None:
         )
     if spec.trace:
         _preflight_trace(spec, facts.get("max_model_len"))
-    if spec.tokenizer != "tiktoken":
-        return  # the server tokenizer is checked where it is built (inside the run)
+    if spec.tokenizer == "server":
+        _check_server_tokenizer(spec, facts["model"], timeout_s)
+        return  # the planner is built with it inside the run
     try:
         SessionPlanner(
             spec.profile,
@@ -56,6 +57,18 @@ def preflight(spec: RunSpec) -> None:
         )
     except ProfileError as e:
         raise UsageError("; ".join(e.problems)) from None
+
+
+def _check_server_tokenizer(spec: RunSpec, model: str, timeout_s: float) -> None:
+    """`--tokenizer server` needs the target's POST /tokenize: refused now, in one line, not
+    left to the Locust process, whose users would wait for a planner that never comes."""
+    api_key = os.environ.get(spec.api_key_env) or None
+    tok = ServerTokenizer(spec.host, model, api_key, timeout=timeout_s)
+    try:
+        tok.count("agentload")
+    except (TokenizerUnavailable, KeyError, TypeError, ValueError) as e:
+        why = e if isinstance(e, TokenizerUnavailable) else f"an answer without tokens ({e!r})"
+        raise UsageError(f"--tokenizer server: {redact_urls_in(str(why))}") from None
 
 
 def _preflight_trace(spec: RunSpec, max_model_len: int | None) -> None:

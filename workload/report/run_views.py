@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from workload.analyze.run_shape import argv_words
 from workload.analyze.rundata import RunData
 from workload.observe.fingerprint import flatten_fingerprint
 from workload.report.views import dig, fmt_count, fmt_ms, fmt_num, fmt_pct, fmt_value
@@ -29,7 +30,7 @@ DEFAULT_MAX_ERROR_RATIO = 0.05
 
 def max_error_ratio(run: Mapping[str, Any]) -> float:
     """The error-ratio gate the run used: --max-error-ratio in argv, else the profile's, else 5 %."""
-    argv = [str(a) for a in run.get("argv") or []]
+    argv = argv_words(run.get("argv"))
     for i, a in enumerate(argv):
         val = None
         if a == "--max-error-ratio" and i + 1 < len(argv):

@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
 from workload import __version__
 from workload.analyze.rundata import RunData
 from workload.measure.records import RequestRecord, SessionRecord
 from workload.measure.stats import Aggregate
+from workload.observe.safe import sanitize
 
 _HERE = Path(__file__).parent
 TEMPLATES_DIR = _HERE / "templates"  # the chart macros other pages import
@@ -158,7 +160,9 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
     directory, keyed by each template's source): compiling the report's template costs
     about 0.1 CPU-s, at the end of every run and every canary block."""
     try:
-        return jinja2.FileSystemBytecodeCache()
+        # Its own file names: compiled code depends on the environment's options too (the
+        # `finalize` below), which Jinja's cache key (the source) does not see.
+        return jinja2.FileSystemBytecodeCache(pattern="__agentload_shown_%s.cache")
     except (OSError, RuntimeError):  # no private temp directory to be had: compile each time
         return None
 
@@ -171,8 +175,18 @@ def _env() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         bytecode_cache=_bytecode_cache(),
+        finalize=_shown,
     )
     return env
+
+
+def _shown(value: Any) -> Any:
+    """Every value a page prints: a plain string loses control characters and escape
+    sequences (server strings such as an error body or a model id could carry raw ESC bytes
+    into the file); markup the renderer built itself passes unchanged."""
+    if isinstance(value, str) and not isinstance(value, markupsafe.Markup):
+        return sanitize(value, keep_newlines=True)
+    return value
 
 
 def _css() -> str:

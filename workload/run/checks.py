@@ -12,7 +12,9 @@ Durations, seeds and ports are checked where they are parsed (`workload.run.spec
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from workload.errors import UsageError
@@ -67,6 +69,40 @@ def check_out_dir(out: str | Path, *, overwrite: bool = False, create: bool = Tr
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
     return out
+
+
+LOCK_NAME = ".agentload.lock"
+
+
+@contextlib.contextmanager
+def run_dir_lock(out: str | Path) -> Iterator[None]:
+    """Create the run directory `out` and hold an exclusive lock on it while the run writes
+    there; a second run into it is refused at once (UsageError), never
+    interleaved with this one's records. The lock file is removed at the end."""
+    path = Path(out) / LOCK_NAME
+    try:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise UsageError(f"--out {out} is not writable: {e.strerror or e}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise UsageError(
+                f"--out {out} is in use by another agentload run (pid {holder}); wait for it "
+                "to end or choose another directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    finally:
+        os.close(fd)
 
 
 def check_workers(workers: int, cpus: int | None = None) -> None:

@@ -15,6 +15,7 @@ in `resolve_spec`.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from urllib.parse import urlparse
 from workload.errors import ArgParser, UsageError
 from workload.observe.safe import redact_url
 from workload.plan.arrivals import parse_arrival_process, parse_arrival_rate
+from workload.plan.profile import MAX_COUNT
 
 # ---------------------------------------------------------------------------------------------
 # value parsers (each raises UsageError with one line naming the flag)
@@ -69,6 +71,11 @@ def check_host(url: str) -> str:
         raise UsageError(
             f"bad --host {redact_url(url)!r}: use a base URL such as http://127.0.0.1:8000"
         )
+    if "@" in p.netloc:  # neither the probe nor the client sends URL credentials
+        raise UsageError(
+            f"bad --host {redact_url(url)!r}: credentials in the URL are not used; give the "
+            "API key in $OPENAI_API_KEY (or name its variable with --api-key-env)"
+        )
     return url.rstrip("/")
 
 
@@ -95,7 +102,7 @@ def parse_slo_overrides(items: list[str]) -> dict[str, dict[str, float]]:
     return out
 
 
-def _whole(flag: str, minimum: int) -> Callable[[Any], int | None]:
+def _whole(flag: str, minimum: int, maximum: int | None = None) -> Callable[[Any], int | None]:
     def parse(value: Any) -> int | None:
         text = str(value).strip()
         if not text:
@@ -106,6 +113,8 @@ def _whole(flag: str, minimum: int) -> Callable[[Any], int | None]:
             raise UsageError(f"bad {flag} {text!r}: it must be a whole number") from None
         if n < minimum:
             raise UsageError(f"bad {flag} {n}: it must be at least {minimum}")
+        if maximum is not None and n > maximum:
+            raise UsageError(f"bad {flag} {n}: it must be at most {maximum}")
         return n
 
     return parse
@@ -120,6 +129,8 @@ def _number(flag: str, *, positive: bool) -> Callable[[Any], float | None]:
             x = float(text)
         except ValueError:
             raise UsageError(f"bad {flag} {text!r}: it must be a number") from None
+        if not math.isfinite(x):
+            raise UsageError(f"bad {flag} {text}: it must be a finite number")
         if positive and x <= 0:
             raise UsageError(f"bad {flag} {text}: it must be greater than 0")
         if not positive and x < 0:
@@ -157,6 +168,9 @@ def _max_error_ratio(value: Any) -> float | None:
         x = float(text)
     except ValueError:
         raise UsageError(f"bad --max-error-ratio {text!r}: it must be a number") from None
+    if math.isnan(x) or x > 1:
+        # nan or above 1 would switch the error gate off without a word
+        raise UsageError(f"bad --max-error-ratio {text}: it must be a ratio between 0 and 1")
     return None if x < 0 else x  # negative: the profile's (Locust's old default was -1)
 
 
@@ -224,7 +238,7 @@ OPTIONS: tuple[Option, ...] = (
            default="quickstart", dest="agent_profile", metavar="PROFILE", locust=("--agent-profile",),
            web=True),
     Option("users", ("--users",), "concurrent users (default: the profile's users)",
-           parse=_whole("--users", 1), locust=()),
+           parse=_whole("--users", 1, MAX_COUNT), locust=()),
     Option("spawn_rate", ("--spawn-rate",), "users started per second (default: users per second)",
            parse=_number("--spawn-rate", positive=True), locust=()),
     Option("duration_s", ("--duration",), "run length, e.g. 30s, 5m (default: the profile's duration)",
@@ -299,7 +313,7 @@ OPTIONS: tuple[Option, ...] = (
            metavar="PROCESS", parse=_arrival_process, web=True),
     Option("max_in_flight", ("--max-in-flight",),
            "open loop: most sessions running at once (the generator's cap)",
-           metavar="N", parse=_whole("--max-in-flight", 1)),
+           metavar="N", parse=_whole("--max-in-flight", 1, MAX_COUNT)),
     Option("at_cap", ("--at-cap",),
            "open loop, at --max-in-flight: queue (start late, lateness recorded) or drop (count it)",
            choices=("queue", "drop")),

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workload.errors import ProfileError, TraceError, UsageError
+from workload.errors import ProfileError, SimConfigError, TraceError, UsageError
 from workload.measure.artifacts import write_json
 from workload.measure.slo import check_slo_overrides
 from workload.plan import loading
@@ -36,6 +36,7 @@ from workload.plan.loading import validate_profile
 from workload.plan.profile import Profile
 from workload.plan.traces import Trace, read_trace
 from workload.run.options import BY_NAME, OPTIONS, check_duration, check_host
+from workload.sim.config import build_config
 
 SPEC_FILE = "spec.json"
 SPEC_SCHEMA = 1
@@ -232,6 +233,8 @@ def resolve_spec(
         raw = values.get(o.name, o.default)
         typed[o.name] = o.parse(o.default if raw is None else raw)
     host = check_host(typed["host"]) if typed["host"] else ""
+    if not host:  # the embedded simulator's settings: refused here, not by a child at start
+        _check_sim(typed)
     try:
         profile = (load_profile or loading.load_profile)(typed["profile"], list(typed["sets"]))
     except ProfileError as e:
@@ -299,6 +302,15 @@ def resolve_spec(
         trace_clip=typed["trace_clip"],
         trace_info=trace_info,
     )
+
+
+def _check_sim(typed: Mapping[str, Any]) -> None:
+    """The --sim-preset / --sim-set / --sim-fault values the simulator would refuse, as
+    one line naming the flags (SimConfigError is a UsageError)."""
+    try:
+        build_config(typed["sim_preset"], list(typed["sim_sets"]), list(typed["sim_faults"]))
+    except SimConfigError as e:
+        raise SimConfigError(f"bad --sim-preset/--sim-set/--sim-fault: {e}") from None
 
 
 def _items(value: RawValue) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 from workload.errors import SimConfigError
@@ -185,7 +186,10 @@ def _coerce(name: str, raw: str) -> object:
         if kind == "int":
             return int(raw)
         if kind == "float":
-            return float(raw)
+            x = float(raw)
+            if not math.isfinite(x):  # nan passes every `< 0` check below
+                raise ValueError(raw)
+            return x
     except ValueError:
         raise SimConfigError(f"setting {name}: {raw!r} is not a valid {kind}") from None
     return raw
@@ -222,6 +226,8 @@ def build_config(
             raise SimConfigError(f"unknown fault kind {kind!r}; kinds: {', '.join(FAULT_KINDS)}")
         try:
             fault_rates[kind] = float(raw)
+            if not math.isfinite(fault_rates[kind]):
+                raise ValueError(raw)
         except ValueError:
             raise SimConfigError(f"--fault {kind}: rate {raw!r} is not a number") from None
     cfg.faults = fault_rates

@@ -29,6 +29,7 @@ import csv
 import datetime as _dt
 import math
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,9 @@ import orjson
 from workload.errors import TraceError
 
 BLOCK_TOKENS = 512  # Mooncake block size (tokens per hash id)
+# The largest trace file read (a Mooncake or Azure trace of millions of requests is a few
+# hundred MiB); past it, or on a FIFO or a device (/dev/zero), reading would not end.
+MAX_TRACE_BYTES = 4 << 30
 FORMATS = ("mooncake", "azure", "requests", "agentload")
 OnBadLine = Literal["skip", "stop"]
 
@@ -98,9 +102,28 @@ class _Bad(Exception):
 
 
 # ------------------------------------------------------------------------- detection
+def check_trace_file(p: Path) -> None:
+    """A regular file of at most MAX_TRACE_BYTES, checked before it is opened (a FIFO is
+    never opened: that would block); TraceError otherwise."""
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        what = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or special file"
+        raise TraceError(f"{p} is {what}, not a trace file: give a regular file")
+    if st.st_size > MAX_TRACE_BYTES:
+        raise TraceError(
+            f"{p} is {st.st_size >> 20} MiB, larger than the {MAX_TRACE_BYTES >> 20} MiB a "
+            "trace may be: cut it (e.g. head -n) or use --limit on a shorter file"
+        )
+
+
 def detect_format(path: str | Path) -> str:
     """The format of a trace file (or 'requests' for a run directory); TraceError if unknown."""
     p = Path(path)
+    if not p.is_dir():
+        check_trace_file(p)
     if p.is_dir():
         if any(p.glob("requests*.jsonl")):
             return "requests"
@@ -312,6 +335,7 @@ def read_trace(
     rows: list[tuple[float, int, int, tuple[int, ...] | None, str | None]] = []
     bad: list[BadLine] = []
     for f in files:
+        check_trace_file(f)
         source = _azure_rows(f) if kind == "azure" else _json_rows(f)
         for n, row in source:
             if limit is not None and len(rows) >= limit:
