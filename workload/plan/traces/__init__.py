@@ -15,6 +15,15 @@ from workload.plan.traces._agent_import import (
     detect_any,
     read_agent_trace,
 )
+from workload.plan.traces._agent_replay import (
+    AgentSession,
+    ChildStart,
+    ReplayOptions,
+    fit_rounds,
+    planned_duration_s,
+    root_sessions,
+    session_starts,
+)
 from workload.plan.traces._blocks import BlockSynth, HitRatio, hit_ratio
 from workload.plan.traces._export import BlockHasher, ExportResult, export_run
 from workload.plan.traces._fit import fit_profile, shared_prefix_blocks, summarize
@@ -45,6 +54,13 @@ __all__ = [
     "AGENT_FORMAT",
     "AGENT_FORMATS",
     "AgentRound",
+    "AgentSession",
+    "ChildStart",
+    "ReplayOptions",
+    "fit_rounds",
+    "planned_duration_s",
+    "root_sessions",
+    "session_starts",
     "AgentTrace",
     "ToolCall",
     "detect_agent_format",

@@ -536,6 +536,8 @@ def read_agent_trace(
 def detect_any(path: str | Path) -> str:
     """The format of any trace agentload reads (request-level or agent-session); TraceError."""
     p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{p}: no such file")
     if p.is_dir() and any(p.glob("requests*.jsonl")):
         return "requests"  # a run directory
     try:
