@@ -15,6 +15,7 @@ from workload.plan.traces import (
     AgentTrace,
     detect_any,
     read_agent_trace,
+    run_agent_trace,
     summarize_agents,
     write_agent_trace,
 )
@@ -284,3 +285,27 @@ def test_trace_import_prints_what_a_replay_would_play(tmp_path):
     assert "4 rounds ran tools in parallel" in p.stdout
     assert "92.1% of input tokens were a reused prefix" in p.stdout
     assert len(out.read_bytes().splitlines()) == 19
+
+
+def _req(step: int, t: float, e2e_ms: float, **kw: object) -> dict:
+    row = {"session_id": "s1", "step": step, "attempt": 0, "status": "ok", "t_start": t}
+    row.update({"e2e_ms": e2e_ms, "prompt_tokens": 100 * step, "completion_tokens": 10})
+    row.update({"cached_tokens": 50 * (step - 1), "tool_calls": []})
+    row.update(kw)
+    return row
+
+
+def test_a_run_exports_its_sessions_as_rounds_with_tool_and_think_waits():
+    rows = [
+        _req(1, 100.0, 500, tool_calls=[{"name": "read_file"}, {"name": "grep"}]),
+        _req(2, 101.0, 400, status="error", prompt_tokens=None),  # retried below
+        _req(2, 102.0, 500, attempt=1),
+        _req(3, 105.5, 200),
+    ]
+    t = run_agent_trace(rows, "run")
+    r = t.sessions["s1"]
+    assert [x.input_tokens for x in r] == [100, 200, 300]
+    assert [x.prefix_tokens for x in r] == [0, 50, 100]
+    assert [x.name for x in r[0].tools] == ["read_file", "grep"] and r[0].parallel_tools == 2
+    assert r[0].tool_wait_s == pytest.approx(1.5) and r[1].think_s == 0
+    assert r[2].think_s == pytest.approx(3.0)  # no tool: the gap was think time

@@ -63,9 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--format", default="auto", choices=["auto", *FORMATS])
     fit.add_argument("--name", default="", help="profile name (default: the output file stem)")
     _add_read_options(fit)
-    exp = sub.add_parser("export", help="write a run's requests as a Mooncake-style JSONL trace")
+    exp = sub.add_parser("export", help="write a run's traffic as a trace")
     exp.add_argument("run_dir", help="run directory")
     exp.add_argument("-o", "--out", required=True, help="trace file to write")
+    exp.add_argument(
+        "--format",
+        default="mooncake",
+        choices=["mooncake", "agent-session"],
+        help="mooncake (requests with block hash ids; default) or agent-session (its sessions)",
+    )
     return p
 
 
@@ -181,6 +187,8 @@ def _run(argv: list[str]) -> int:
         Path(args.out).write_text(yaml.safe_dump(prof, sort_keys=False))
         print(f"agentload: wrote profile {args.out} ({prof['description']})")
         return 0
+    if args.format == "agent-session":
+        return _export_sessions(args)
     from workload.plan.traces import export_run
 
     res = export_run(args.run_dir, args.out)
@@ -191,6 +199,24 @@ def _run(argv: list[str]) -> int:
     print(
         f"agentload: wrote {res.rows} requests to {args.out} ({res.verified} checked against "
         f"body_hash, {res.unverified} unchecked, {len(res.skipped)} skipped)"
+    )
+    return 0
+
+
+def _export_sessions(args: argparse.Namespace) -> int:
+    from workload.plan.traces import export_run_sessions, write_agent_trace
+
+    if not Path(args.run_dir).is_dir():
+        raise UsageError(f"{args.run_dir}: not a run directory")
+    trace, skipped = export_run_sessions(args.run_dir)
+    for s in skipped[:SHOW_BAD]:
+        print(f"agentload: skipped {s}", file=sys.stderr)
+    if not trace.sessions:
+        raise UsageError(f"{args.run_dir}: no answered requests to export")
+    n = write_agent_trace(trace, args.out)
+    print(
+        f"agentload: wrote {n} rounds of {len(trace.sessions)} sessions to {args.out} "
+        f"(agent-session format; {len(skipped)} corrupt lines skipped)"
     )
     return 0
 

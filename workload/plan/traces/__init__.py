@@ -9,6 +9,7 @@ from workload.plan.traces._agent import (
     summarize_agents,
     write_agent_trace,
 )
+from workload.plan.traces._agent_export import export_run_sessions, run_agent_trace
 from workload.plan.traces._agent_import import (
     AGENT_FORMATS,
     detect_agent_format,
@@ -64,6 +65,8 @@ __all__ = [
     "AgentTrace",
     "ToolCall",
     "detect_agent_format",
+    "export_run_sessions",
+    "run_agent_trace",
     "detect_any",
     "read_agent_trace",
     "summarize_agents",
