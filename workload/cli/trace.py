@@ -12,16 +12,23 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from workload.errors import ArgParser, UsageError
 from workload.plan.traces import (
+    AGENT_FORMATS,
     FORMATS,
+    detect_any,
     export_run,
+    export_run_sessions,
     fit_profile,
+    read_agent_trace,
     read_trace,
     summarize,
+    summarize_agents,
+    write_agent_trace,
     write_trace,
 )
 
@@ -41,7 +48,9 @@ def _limit(text: str | None) -> int | None:
 
 
 def _add_read_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--limit", default=None, help="read only the first N requests")
+    p.add_argument(
+        "--limit", default=None, help="read only the first N requests (agent traces: sessions)"
+    )
     p.add_argument(
         "--on-bad-line",
         default="skip",
@@ -54,8 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgParser(prog="agentload trace", description="Import, fit and export request traces.")
     sub = p.add_subparsers(dest="what", required=True, parser_class=ArgParser)
     imp = sub.add_parser("import", help="read a trace, print a summary, write our JSONL")
-    imp.add_argument("format", choices=["auto", *FORMATS], help="trace format or auto")
-    imp.add_argument("file", help="trace file (or a run directory for requests)")
+    imp.add_argument(
+        "format", choices=["auto", *FORMATS, *AGENT_FORMATS], help="trace format or auto"
+    )
+    imp.add_argument(
+        "file", help="trace file (a run directory for requests; a folder of agent sessions)"
+    )
     imp.add_argument("-o", "--out", default="", help="write the normalised JSONL here")
     _add_read_options(imp)
     fit = sub.add_parser("fit", help="fit an agentload profile to a trace")
@@ -64,9 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--format", default="auto", choices=["auto", *FORMATS])
     fit.add_argument("--name", default="", help="profile name (default: the output file stem)")
     _add_read_options(fit)
-    exp = sub.add_parser("export", help="write a run's requests as a Mooncake-style JSONL trace")
+    exp = sub.add_parser("export", help="write a run's traffic as a trace")
     exp.add_argument("run_dir", help="run directory")
     exp.add_argument("-o", "--out", required=True, help="trace file to write")
+    exp.add_argument(
+        "--format",
+        default="mooncake",
+        choices=["mooncake", "agent-session"],
+        help="mooncake (requests with block hash ids; default) or agent-session (its sessions)",
+    )
     return p
 
 
@@ -102,6 +121,49 @@ def _summary_lines(s: dict) -> list[str]:
     ]
 
 
+def _agent_lines(s: dict[str, Any]) -> list[str]:
+    def pc(d: dict[str, Any]) -> str:
+        if not d["n"]:
+            return "-"
+        return f"p50 {d['p50']:g} s, p90 {d['p90']:g} s, max {d['max']:g} s ({d['n']})"
+
+    def v(x: float | None, unit: str = "") -> str:
+        return "-" if x is None else f"{x:g}{unit}"
+
+    lines = [
+        f"trace     {s['source']} ({s['format']})",
+        f"sessions  {s['sessions']} ({s['root_sessions']} top-level, {s['subagents']} subagents)",
+        f"rounds    {s['rounds']} ({v(s['rounds_per_session'])} per session)",
+        f"tools     {s['tool_calls']} calls in {s['tool_rounds']} rounds; "
+        f"{s['parallel_tool_rounds']} rounds ran tools in parallel",
+        "reuse     "
+        + ("-" if s["prefix_reuse"] is None else f"{s['prefix_reuse']:.1%}")
+        + " of input tokens were a reused prefix",
+        f"input     {v(s['mean_input_tokens'])} tokens mean (prefix "
+        f"{v(s['mean_prefix_tokens'])} + appended {v(s['mean_appended_tokens'])})",
+        f"output    {v(s['mean_output_tokens'])} tokens mean (reasoning "
+        f"{v(s['mean_reasoning_tokens'])})",
+        f"tool wait {pc(s['tool_wait_s'])} (after the answer, slowest tool of a round)",
+        f"think     {pc(s['think_s'])} (idle before a round, no tool running)",
+    ]
+    for name, d in s["tool_latency_s"].items():
+        lines.append(f"  {name:<14} {pc(d)}")
+    lines.append(f"bad lines {s['bad_lines']}")
+    return lines
+
+
+def _import_agents(args: argparse.Namespace, fmt: str) -> int:
+    trace = read_agent_trace(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
+    _report_bad(trace)
+    if not trace.sessions:
+        raise UsageError(f"{args.file}: no readable rounds")
+    print("\n".join(_agent_lines(summarize_agents(trace))))
+    if args.out:
+        n = write_agent_trace(trace, args.out)
+        print(f"wrote     {n} rounds to {args.out} (agent-session format)")
+    return 0
+
+
 def _read(args: argparse.Namespace, fmt: str):  # type: ignore[no-untyped-def]
     trace = read_trace(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
     _report_bad(trace)
@@ -113,7 +175,11 @@ def _read(args: argparse.Namespace, fmt: str):  # type: ignore[no-untyped-def]
 def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.what == "import":
-        trace = _read(args, args.format)
+        fmt = detect_any(args.file) if args.format == "auto" else args.format
+        if fmt in AGENT_FORMATS:
+            return _import_agents(args, fmt)
+
+        trace = _read(args, fmt)
         print("\n".join(_summary_lines(summarize(trace))))
         if args.out:
             n = write_trace(trace, args.out)
@@ -125,6 +191,8 @@ def _run(argv: list[str]) -> int:
         Path(args.out).write_text(yaml.safe_dump(prof, sort_keys=False))
         print(f"agentload: wrote profile {args.out} ({prof['description']})")
         return 0
+    if args.format == "agent-session":
+        return _export_sessions(args)
 
     res = export_run(args.run_dir, args.out)
     for s in res.skipped[:SHOW_BAD]:
@@ -134,6 +202,22 @@ def _run(argv: list[str]) -> int:
     print(
         f"agentload: wrote {res.rows} requests to {args.out} ({res.verified} checked against "
         f"body_hash, {res.unverified} unchecked, {len(res.skipped)} skipped)"
+    )
+    return 0
+
+
+def _export_sessions(args: argparse.Namespace) -> int:
+    if not Path(args.run_dir).is_dir():
+        raise UsageError(f"{args.run_dir}: not a run directory")
+    trace, skipped = export_run_sessions(args.run_dir)
+    for s in skipped[:SHOW_BAD]:
+        print(f"agentload: skipped {s}", file=sys.stderr)
+    if not trace.sessions:
+        raise UsageError(f"{args.run_dir}: no answered requests to export")
+    n = write_agent_trace(trace, args.out)
+    print(
+        f"agentload: wrote {n} rounds of {len(trace.sessions)} sessions to {args.out} "
+        f"(agent-session format; {len(skipped)} corrupt lines skipped)"
     )
     return 0
 

@@ -36,6 +36,7 @@ import gevent.pool
 from workload.measure import artifacts
 from workload.plan.arrivals import ArrivalSchedule, ArrivalSpec, InFlightGate, share_of_cap
 from workload.plan.load_model import ClassPicker, Stream, is_open_loop, streams
+from workload.plan.prompts import synth_for
 from workload.plan.stages import LoadStages
 from workload.plan.traces import (
     TRACE_CLASS,
@@ -43,8 +44,11 @@ from workload.plan.traces import (
     TracePrompts,
     TraceSchedule,
     TraceSession,
+    root_sessions,
+    session_starts,
 )
-from workload.run.replay import replay_for_process
+from workload.run.agent_replay import agent_replay_for_process
+from workload.run.replay import is_agent_replay, replay_for_process
 
 log = logging.getLogger("agentload")
 
@@ -168,6 +172,7 @@ class OpenLoop:
         self._drop_writer: Any = None
         self.replay: Any = None  # workload.run.replay.Replay when the run replays a trace
         self.prompts: Any = None
+        self.agent_sessions: Any = None  # agent-session replay: k -> top-level session k
 
     def start(self) -> None:
         rt, spec = self.rt, self.rt.spec
@@ -197,8 +202,12 @@ class OpenLoop:
 
     def _start_trace(self, worker: int, n_workers: int, t0: float) -> None:
         rt, spec = self.rt, self.rt.spec
-        self.replay = replay_for_process(spec)  # SetupError: the plugin says it in one line
-        self.prompts = TracePrompts(rt.planner.tokenizer, seed=spec.seed)
+        if is_agent_replay(spec):
+            offsets = self._load_agent_trace()
+        else:
+            self.replay = replay_for_process(spec)  # SetupError: the plugin says it in one line
+            self.prompts = TracePrompts(rt.planner.tokenizer, seed=spec.seed)
+            offsets = [r.arrival_s for r in self.replay.requests]
         run_arrival = spec.profile.run.arrival
         cap = spec.max_in_flight or (run_arrival.max_in_flight if run_arrival else None)
         at_cap = spec.at_cap or (run_arrival.at_cap if run_arrival else "queue")
@@ -219,10 +228,17 @@ class OpenLoop:
             start=self._start_session,
             drop=self._record_drop,
             until_s=spec.duration_s,
-            schedule=TraceSchedule([r.arrival_s for r in self.replay.requests]),
+            schedule=TraceSchedule(offsets),
         )
         self.drivers.append(driver)
         self.loops.append(gevent.spawn(self._run_trace, driver))
+
+    def _load_agent_trace(self) -> list[float]:
+        """Agent sessions: each arrival is top-level session k, played closed loop."""
+        rt = self.rt
+        rp = agent_replay_for_process(rt.spec, rt.model)  # SetupError: one line
+        self.agent_sessions = root_sessions(rp.trace, synth_for(rt.planner.tokenizer), rp.options)
+        return session_starts(rp.trace, rp.options)
 
     def _run_trace(self, driver: StreamDriver) -> None:
         driver.run()
@@ -235,6 +251,8 @@ class OpenLoop:
 
     def _new_session(self, a: Arrival) -> Any:
         rt = self.rt
+        if self.agent_sessions is not None:
+            return self.agent_sessions(a.k)
         if self.replay is None:
             return rt.planner.new_session(a.class_name, a.k, 0)
 

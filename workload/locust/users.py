@@ -125,12 +125,14 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
         srec.arrival_index = arrival.k
         srec.arrival_stream = arrival.stream
     t0 = time.perf_counter_ns()
+    children: dict[str, gevent.Greenlet] = {}  # subagent sessions running beside this one
     try:
-        while (step := session.next_step()) is not None:
-            pause = float(step.think_s or 0.0) + float(step.tool_pause_s or 0.0)
-            if pause > 0:
-                gevent.sleep(pause)
-                rt.pacer.wait()
+        while True:
+            step = session.next_step()
+            joins = _start_children(rt, session, children)
+            if step is None:
+                break
+            _pause(rt, step, joins, children)
             req = step.request
             req.request_id = request_id_for(rt.seed, session.session_id, step.step, req.attempt)
             rec: RequestRecord = rt.client.exchange(req)
@@ -152,9 +154,11 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
             _account(srec, rec)
             if stopped or rec.status == STATUS_CANCELLED:
                 raise GreenletExit()
+        gevent.joinall(list(children.values()))  # the session ends when its subagents have
         srec.outcome = session.outcome or "completed"
         srec.reason = session.reason
     except GreenletExit:
+        gevent.killall(list(children.values()), block=True, timeout=5)
         srec.outcome = "cancelled"
         srec.reason = "the run stopped mid-session"
         raise
@@ -162,6 +166,39 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
         srec.duration_ms = (time.perf_counter_ns() - t0) / 1e6
         rt.record_session(srec)
     return srec
+
+
+def _pause(rt: Any, step: Any, joins: list[str], children: dict[str, gevent.Greenlet]) -> None:
+    """Sleep before a step: its tools' time, then the subagents it waits for, then think time."""
+    if not joins:
+        pause = float(step.think_s or 0.0) + float(step.tool_pause_s or 0.0)
+        if pause > 0:
+            gevent.sleep(pause)
+            rt.pacer.wait()
+        return
+    if step.tool_pause_s:
+        gevent.sleep(float(step.tool_pause_s))  # the children run meanwhile: the slowest wins
+    gevent.joinall([children.pop(j) for j in joins if j in children])
+    if step.think_s:
+        gevent.sleep(float(step.think_s))
+    rt.pacer.wait()
+
+
+def _start_children(rt: Any, session: Any, children: dict[str, gevent.Greenlet]) -> list[str]:
+    """Start the subagent sessions now due (a replayed agent trace); the ones to wait for."""
+    due = getattr(session, "children_due", None)
+    if due is None:
+        return []
+    starts, joins = due()
+    for c in starts:
+        children[c.session.session_id] = gevent.spawn(_play_child, rt, c.session, c.delay_s)
+    return list(joins)
+
+
+def _play_child(rt: Any, session: Any, delay_s: float) -> None:
+    if delay_s > 0:
+        gevent.sleep(delay_s)
+    play(rt, session)
 
 
 def _account(srec: SessionRecord, rec: RequestRecord) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from workload.analyze.run_shape import argv_words
@@ -474,6 +474,28 @@ def _put(group: dict[str, Any], key: str, v: Any, src: Any) -> None:
         group["rows"].append((key, text, "" if src is None else str(src)))
 
 
+def _agent_rows(t: Mapping[str, Any], pct: Callable[[Any], str]) -> list[tuple[str, str]]:
+    """`agentload run --trace` of agent sessions: what was played and how faithfully."""
+    srv = t.get("server") or {}
+    rows = [
+        ("agent sessions", f"{t.get('source')} ({t.get('format')}, speedup {t.get('speedup')}"
+         + (f", waits capped at {t.get('max_gap_s')} s" if t.get("max_gap_s") else "") + ")"),
+        ("sessions played", f"{t.get('sessions_played')} of {t.get('sessions')} "
+         f"({t.get('subagents')} subagents)"),
+        ("rounds sent / answered", f"{t.get('sent')} / {t.get('ok')} of {t.get('requests')}"),
+        ("prompt tokens exactly as recorded", f"{t.get('prompt_exact')} of {t.get('ok')} rounds"),
+        ("recorded prefix reuse (after first rounds)",
+         f"{pct(t.get('recorded_prefix_ratio'))} ({pct(t.get('recorded_prefix_ratio_after_first'))})"),
+        ("server: Σ cached / Σ prompt tokens", pct(srv.get("cached_ratio"))),
+        ("session length, replayed / planned (median)", str(t.get("duration_stretch") or "-")),
+    ]  # fmt: skip
+    for b in t.get("cache_vs_idle") or []:
+        rows.append(
+            (f"cached ratio after {b['idle']} idle", f"{pct(b['cached_ratio'])} ({b['requests']})")
+        )
+    return rows
+
+
 def trace_rows(run: Mapping[str, Any]) -> list[tuple[str, str]]:
     """`agentload run --trace`: what was replayed and ideal vs reported prefix-cache hits."""
     t = (run.get("summary") or {}).get("trace")
@@ -486,6 +508,8 @@ def trace_rows(run: Mapping[str, Any]) -> list[tuple[str, str]]:
     def ms(x: Any) -> str:
         return "-" if x is None else f"{1000 * float(x):.0f} ms"
 
+    if t.get("mode") == "agent-sessions":
+        return _agent_rows(t, pct)
     late = t.get("send_lateness") or {}
     srv = t.get("server") or {}
     ideal = t.get("ideal_hit_ratio")

@@ -319,10 +319,12 @@ OPTIONS: tuple[Option, ...] = (
            choices=("queue", "drop")),
     Option("trace", ("--trace",),
            "replay a request trace (Mooncake JSONL, Azure CSV, a run's requests.jsonl) open "
-           "loop at its recorded arrival times instead of the profile's traffic",
+           "loop at its recorded arrival times, or agent sessions (agent-session, TraceLab, "
+           "Claude Code, Codex) closed loop, instead of the profile's traffic",
            metavar="FILE"),
     Option("trace_format", ("--trace-format",), "the --trace file's format (default: detected)",
-           default="auto", choices=("auto", "mooncake", "azure", "requests", "agentload")),
+           default="auto", choices=("auto", "mooncake", "azure", "requests", "agentload",
+                                    "agent-session", "tracelab", "claude-code", "codex")),
     Option("speedup", ("--speedup",), "--trace: divide the recorded arrival times by X",
            default="1", metavar="X", parse=lambda v: _number("--speedup", positive=True)(v) or 1.0),
     Option("trace_limit", ("--limit",), "--trace: replay only the first N requests",
@@ -330,6 +332,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("on_bad_line", ("--on-bad-line",),
            "--trace: a line that cannot be read is skipped (and counted) or stops the run",
            default="skip", choices=("skip", "stop")),
+    Option("max_gap", ("--max-gap",),
+           "--trace of agent sessions: play no recorded wait (tool, think, or between session "
+           "starts) longer than S seconds after --speedup",
+           metavar="S", parse=_number("--max-gap", positive=True)),
     Option("trace_clip", ("--trace-clip",),
            "--trace: clip requests longer than the server's max_model_len (output to at most "
            "half the context, then the prompt's tail) instead of refusing the trace",

@@ -30,6 +30,7 @@ from workload.plan.traces import (
     hit_ratio,
     schedule,
 )
+from workload.run.agent_replay import agent_lines, agent_note, agent_summary, check_agent_context
 from workload.run.spec import RunSpec, read_run_trace
 
 
@@ -42,11 +43,18 @@ class Replay:
     fit: ContextFit
 
 
+def is_agent_replay(spec: RunSpec) -> bool:
+    """Whether the spec replays agent sessions (closed loop) rather than requests."""
+    return spec.trace_info is not None and spec.trace_info.sessions > 0
+
+
 def trace_note(spec: RunSpec) -> str:
     """One line about the trace a resolved spec will replay (bad lines skipped included)."""
     info = spec.trace_info
     if info is None:
         return f"agentload: replaying {spec.trace}"
+    if is_agent_replay(spec):
+        return agent_note(spec)
     line = (
         f"agentload: replaying {info.requests} requests of {spec.trace} "
         f"({info.format}, span {info.span_s:.1f}s at speedup {spec.speedup:g})"
@@ -66,6 +74,8 @@ def load_replay(spec: RunSpec, max_model_len: int | None = None) -> Replay:
 
 def check_context(spec: RunSpec, max_model_len: int | None) -> ContextFit:
     """Before the run: refuse a trace with too-long requests unless --trace-clip (UsageError)."""
+    if is_agent_replay(spec):
+        return check_agent_context(spec, max_model_len)
     trace = read_run_trace(spec.trace, spec.trace_format, spec.trace_limit, spec.on_bad_line)
     _, fit = fit_to_context(trace.requests, max_model_len, clip=spec.trace_clip)
     if fit.too_long and not fit.clipped:
@@ -111,6 +121,8 @@ def trace_summary(
     arrivals: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """The `summary.trace` block: what was replayed, ideal vs reported cache hits, lateness."""
+    if is_agent_replay(spec):
+        return agent_summary(spec, rows, scrape=scrape)
     rp = load_replay(spec, spec.max_model_len)
     sent: set[int] = set()
     cached = prompt = 0
@@ -184,6 +196,8 @@ def trace_lines(t: Mapping[str, Any] | None) -> list[str]:
     """Console lines: what was replayed, and the hit-ratio comparison."""
     if not t:
         return []
+    if t.get("mode") == "agent-sessions":
+        return agent_lines(t)
     late = t.get("send_lateness") or {}
 
     def ms(x: float | None) -> str:

@@ -34,7 +34,17 @@ from workload.plan.arrivals import ArrivalSpec, arrival_spec
 from workload.plan.load_model import closed_users, is_open_loop, run_stream_spec
 from workload.plan.loading import validate_profile
 from workload.plan.profile import Profile
-from workload.plan.traces import Trace, read_trace
+from workload.plan.traces import (
+    AGENT_FORMATS,
+    AgentTrace,
+    ReplayOptions,
+    Trace,
+    detect_any,
+    planned_duration_s,
+    read_agent_trace,
+    read_trace,
+    session_starts,
+)
 from workload.run.options import BY_NAME, OPTIONS, check_duration, check_host
 from workload.sim.config import build_config
 
@@ -59,6 +69,7 @@ class TraceInfo:
     duration_s: float  # the run length it implies: span + TRACE_TAIL_S
     bad_lines: int
     first_bad_line: str | None
+    sessions: int = 0  # an agent-session trace: its top-level sessions (0: a request trace)
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,7 @@ class RunSpec:
     trace_limit: int | None = None
     on_bad_line: str = "skip"
     trace_clip: bool = False
+    max_gap_s: float | None = None  # agent sessions: no replayed wait longer than this
     trace_info: TraceInfo | None = None
     # The raw option values this was resolved from (the start form is compared with them).
     options: dict[str, RawValue] = field(default_factory=dict, compare=False)
@@ -300,6 +312,7 @@ def resolve_spec(
         trace_limit=typed["trace_limit"],
         on_bad_line=typed["on_bad_line"] or "skip",
         trace_clip=typed["trace_clip"],
+        max_gap_s=typed["max_gap"],
         trace_info=trace_info,
     )
 
@@ -322,7 +335,11 @@ def _items(value: RawValue) -> tuple[str, ...]:
 def _trace_info(typed: Mapping[str, Any]) -> TraceInfo | None:
     """Read the --trace file once (bad lines reported with file:line); None without --trace."""
     if not typed.get("trace"):
-        for name, flag in (("trace_limit", "--limit"), ("trace_clip", "--trace-clip")):
+        for name, flag in (
+            ("trace_limit", "--limit"),
+            ("trace_clip", "--trace-clip"),
+            ("max_gap", "--max-gap"),
+        ):
             if typed.get(name):
                 raise UsageError(f"{flag} needs --trace FILE")
         return None
@@ -330,6 +347,10 @@ def _trace_info(typed: Mapping[str, Any]) -> TraceInfo | None:
         raise UsageError(
             "--trace replays the trace's own arrival times: drop --arrival-rate/--arrival"
         )
+    if is_agent_format(typed["trace"], typed["trace_format"]):
+        return _agent_trace_info(typed)
+    if typed.get("max_gap") is not None:
+        raise UsageError("--max-gap applies to agent-session traces only")
     trace = read_run_trace(
         typed["trace"], typed["trace_format"], typed["trace_limit"], typed["on_bad_line"]
     )
@@ -342,6 +363,45 @@ def _trace_info(typed: Mapping[str, Any]) -> TraceInfo | None:
         bad_lines=len(trace.bad_lines),
         first_bad_line=str(trace.bad_lines[0]) if trace.bad_lines else None,
     )
+
+
+def _agent_trace_info(typed: Mapping[str, Any]) -> TraceInfo:
+    trace = read_run_agent_trace(
+        typed["trace"], typed["trace_format"], typed["trace_limit"], typed["on_bad_line"]
+    )
+    opts = ReplayOptions(model="", seed=0, speedup=typed["speedup"], max_gap_s=typed["max_gap"])
+    starts = session_starts(trace, opts)
+    longest = max(planned_duration_s(trace, s, opts) for s in trace.sessions)
+    return TraceInfo(
+        format=trace.format,
+        requests=trace.rounds,
+        span_s=round(starts[-1], 3),
+        # closed loop: a slower server stretches sessions; the run ends when all are done
+        duration_s=starts[-1] + 2 * longest + TRACE_TAIL_S,
+        bad_lines=len(trace.bad_lines),
+        first_bad_line=str(trace.bad_lines[0]) if trace.bad_lines else None,
+        sessions=len(trace.roots),
+    )
+
+
+def is_agent_format(path: str, fmt: str) -> bool:
+    """Whether a --trace file holds agent sessions (replayed closed loop); TraceError."""
+    try:
+        kind = detect_any(path) if (fmt or "auto") == "auto" else fmt
+    except TraceError as e:
+        raise TraceError(f"--trace: {e}") from None
+    return kind in AGENT_FORMATS
+
+
+def read_run_agent_trace(path: str, fmt: str, limit: int | None, on_bad_line: str) -> AgentTrace:
+    """The agent-session trace as `--trace` options name it (--limit: sessions); TraceError."""
+    try:
+        trace = read_agent_trace(path, fmt or "auto", limit=limit, on_bad_line=on_bad_line)  # type: ignore[arg-type]
+    except TraceError as e:
+        raise TraceError(f"--trace: {e}") from None
+    if not trace.sessions:
+        raise TraceError(f"--trace {path}: no readable rounds")
+    return trace
 
 
 def read_run_trace(path: str, fmt: str, limit: int | None, on_bad_line: str) -> Trace:

@@ -1,6 +1,30 @@
-"""Real traces: read (Mooncake, Azure, run requests), replay timing, prompts, hit ratios, fit, export."""
+"""Real traces: read (Mooncake, Azure, run requests; agent sessions), replay, prompts, fit, export."""
 
 from workload.errors import TraceError
+from workload.plan.traces._agent import (
+    AGENT_FORMAT,
+    AgentRound,
+    AgentTrace,
+    ToolCall,
+    summarize_agents,
+    write_agent_trace,
+)
+from workload.plan.traces._agent_export import export_run_sessions, run_agent_trace
+from workload.plan.traces._agent_import import (
+    AGENT_FORMATS,
+    detect_agent_format,
+    detect_any,
+    read_agent_trace,
+)
+from workload.plan.traces._agent_replay import (
+    AgentSession,
+    ChildStart,
+    ReplayOptions,
+    fit_rounds,
+    planned_duration_s,
+    root_sessions,
+    session_starts,
+)
 from workload.plan.traces._blocks import BlockSynth, HitRatio, hit_ratio
 from workload.plan.traces._export import BlockHasher, ExportResult, export_run
 from workload.plan.traces._fit import fit_profile, shared_prefix_blocks, summarize
@@ -28,6 +52,25 @@ from workload.plan.traces._replay import (
 from workload.plan.traces._schedule import detect_quantum, schedule
 
 __all__ = [
+    "AGENT_FORMAT",
+    "AGENT_FORMATS",
+    "AgentRound",
+    "AgentSession",
+    "ChildStart",
+    "ReplayOptions",
+    "fit_rounds",
+    "planned_duration_s",
+    "root_sessions",
+    "session_starts",
+    "AgentTrace",
+    "ToolCall",
+    "detect_agent_format",
+    "export_run_sessions",
+    "run_agent_trace",
+    "detect_any",
+    "read_agent_trace",
+    "summarize_agents",
+    "write_agent_trace",
     "BLOCK_TOKENS",
     "TRACE_CLASS",
     "TRACE_STREAM",
