@@ -36,6 +36,10 @@ class SimConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_waiting: int = 2048  # admission limit; past it requests get 503
+    enable_chunked_prefill: bool = True  # off: a prompt over the step budget waits
+    long_prefill_token_threshold: int = 0  # cap per prefill chunk when >1 request (0 = none)
+    async_scheduling: bool = False  # host work overlaps the device: step = max(host, device)
+    api_ms_per_request: float = 0.0  # API-server time per request, served one at a time
     scheduling_policy: str = "priority"
     # KV cache
     block_size: int = 16
@@ -49,7 +53,8 @@ class SimConfig:
     prefill_ms_per_token: float = 0.06
     decode_ms_base: float = 7.0
     decode_ms_per_seq: float = 0.04
-    decode_ms_per_kv_ktoken: float = 0.004  # attention reads, per 1k context tokens in the batch
+    attn_ms_per_kctx: float = 0.004  # attention reads, per 1k context tokens in the batch
+    attn_ms_per_mpair: float = 0.0  # attention compute, per 1M (query, key) pairs
     draft_ms_per_token: float = 0.02
     ttft_scale: float = 1.0  # multiplies steps that carry prefill (canary regressions)
     itl_scale: float = 1.0  # multiplies decode work
@@ -63,12 +68,22 @@ class SimConfig:
     spec_accept_base: float = 0.55
     spec_accept_rep_gain: float = 0.4  # extra acceptance for fully repetitive content
     spec_metrics: str = "summary"  # none | summary | detailed (per-request object)
+    spec_propose_rate: float = 1.0  # share of decode steps the proposer has drafts for
     spec_fallback_structured: bool = False  # V2 runner: no drafts for structured outputs
     # API features (vLLM flags)
     enable_prompt_tokens_details: bool = True
     enable_per_request_metrics: bool = True
     dev_mode: bool = False  # VLLM_SERVER_DEV_MODE=1: /server_info exists
     model_runner: str = "v1"
+    # instance noise (costmodel.InstanceNoise): off by default so tests stay deterministic
+    instance_noise: bool = False
+    instance_seed: int = 0  # which instance this is; the traffic seed is separate
+    noise_instance_sigma: float = 0.05  # log-sd of the per-instance speed factor
+    noise_drift_sigma: float = 0.03  # log-sd of the slow speed drift
+    noise_drift_tau_s: float = 20.0  # correlation time of the drift
+    noise_step_sigma: float = 0.02  # log-sd of per-step jitter (mean 1)
+    noise_stall_rate_hz: float = 0.02  # stalls per second of engine time
+    noise_stall_ms: float = 50.0  # mean stall length (exponential)
     # fault injection: kind -> rate; stall and drip parameters
     faults: dict[str, float] = field(default_factory=dict)
     fault_stall_s: float = 30.0
@@ -104,9 +119,40 @@ class SimConfig:
             )
         if not 0 <= self.spec_k <= 16:
             problems.append("spec_k must be in 0..16")
-        for name in ("tool_call_prob", "malformed_tool_rate", "spec_accept_base"):
+        for name in (
+            "tool_call_prob",
+            "malformed_tool_rate",
+            "spec_accept_base",
+            "spec_propose_rate",
+        ):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 problems.append(f"{name} must be in [0, 1]")
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            problems.append(
+                "without chunked prefill max_num_batched_tokens must be >= max_model_len "
+                "(vLLM's rule: a whole prompt must fit one step)"
+            )
+        if self.long_prefill_token_threshold < 0:
+            problems.append("long_prefill_token_threshold must be >= 0")
+        if self.instance_seed < 0:
+            problems.append("instance_seed must be >= 0")
+        for name in (
+            "step_overhead_ms",
+            "prefill_ms_per_token",
+            "decode_ms_base",
+            "decode_ms_per_seq",
+            "attn_ms_per_kctx",
+            "attn_ms_per_mpair",
+            "draft_ms_per_token",
+            "api_ms_per_request",
+            "noise_instance_sigma",
+            "noise_drift_sigma",
+            "noise_step_sigma",
+            "noise_stall_rate_hz",
+            "noise_stall_ms",
+        ):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0")
         if self.ttft_scale <= 0 or self.itl_scale <= 0:
             problems.append("ttft_scale and itl_scale must be > 0")
         for kind, rate in self.faults.items():
@@ -161,7 +207,7 @@ PRESETS: dict[str, tuple[str, dict[str, object]]] = {
             "prefill_ms_per_token": 0.0,
             "decode_ms_base": 0.0,
             "decode_ms_per_seq": 0.0,
-            "decode_ms_per_kv_ktoken": 0.0,
+            "attn_ms_per_kctx": 0.0,
             "draft_ms_per_token": 0.0,
             "output_len_mean": 32,
         },
