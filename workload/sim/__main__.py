@@ -25,6 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one")
     p.add_argument("--preset", default="default", help=f"one of: {', '.join(PRESETS)}")
+    p.add_argument(
+        "--preset-file",
+        default=None,
+        metavar="FILE",
+        help="a preset written by `agentload sim calibrate`, applied on top of --preset",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for outputs, acceptance and faults")
     p.add_argument(
         "--fault",
@@ -103,15 +109,26 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["calibrate"]:
+        from workload.sim.calibrate import main_calibrate  # numpy only for calibration
+
+        return main_calibrate(argv[1:])
     args = build_parser().parse_args(argv)
     if args.list_presets:
         for name, (desc, _) in PRESETS.items():
             print(f"{name:14} {desc}")
         return 0
+    file_settings = None
+    if args.preset_file:
+        from workload.sim.calibrate import load_preset_file  # numpy only for calibration
+
+        file_settings = load_preset_file(args.preset_file)
     cfg = build_config(
         args.preset,
         args.set,
         args.fault,
+        file_settings=file_settings,
         ttft_scale=args.ttft_scale,
         itl_scale=args.itl_scale,
         model=args.model,

@@ -252,14 +252,19 @@ def build_config(
     preset: str = "default",
     sets: list[str] = (),  # type: ignore[assignment]
     faults: list[str] = (),  # type: ignore[assignment]
+    file_settings: tuple[str, dict[str, object]] | None = None,
     **overrides: object,
 ) -> SimConfig:
-    """Resolve preset -> `--set` overrides -> `--fault` rates -> keyword overrides; validate."""
+    """Resolve preset (-> a preset file's settings) -> `--set` overrides -> `--fault` rates -> keyword overrides; validate."""
     if preset not in PRESETS:
         raise SimConfigError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
     cfg = SimConfig(preset=preset)
     for key, value in PRESETS[preset][1].items():
         setattr(cfg, key, value)
+    if file_settings is not None:
+        cfg.preset = file_settings[0]
+        for key, value in file_settings[1].items():
+            setattr(cfg, key, _coerce(key, str(value)))
     for key, raw in parse_assignments(list(sets), "--set"):
         setattr(cfg, key, _coerce(key, raw))
     fault_rates = dict(cfg.faults)
