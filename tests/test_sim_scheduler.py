@@ -212,3 +212,33 @@ def test_the_api_server_stage_delays_admission_one_request_at_a_time():
     assert [r.request_id for r, _ in out.emitted] == ["r0"]
     out = eng.step(0.030)
     assert [r.request_id for r, _ in out.emitted] == ["r1", "r2"]
+
+
+# -- scenarios -------------------------------------------------------------------------------
+def overload(scenarios: list[str]) -> tuple[float, float]:
+    """(mean TTFT s, slowest stream's mean ITL s) of 48 simultaneous requests."""
+    base = {"spec_k": 0, "max_num_seqs": 8, "max_num_batched_tokens": 1024}
+    # a file's settings come before scenarios (a --set would override the scenario)
+    cfg = build_config("default", file_settings=("base", base), scenarios=scenarios)
+    eng = Engine(cfg)
+    reqs = [req(400, out=64, rid=f"r{i}", start=i * 1000) for i in range(48)]
+    for r in reqs:
+        eng.add_request(r, 0.0)
+    drain(eng)
+    ttft = sum(r.first_token_time - r.arrival_time for r in reqs) / len(reqs)
+    itl = max((r.finished_time - r.first_token_time) / (r.output_len - 1) for r in reqs)
+    return ttft, itl
+
+
+def test_a_larger_batch_budget_trades_per_token_speed_for_ttft():
+    base_ttft, base_itl = overload([])
+    big_ttft, big_itl = overload(["larger-batch-budget"])
+    assert big_ttft < base_ttft * 0.9
+    assert big_itl > base_itl * 1.05
+
+
+def test_a_scenario_scales_the_preset_value_and_unknown_ones_are_refused():
+    cfg = build_config("default", scenarios=["kv-pool+20%"])
+    assert cfg.num_gpu_blocks == round(16384 * 1.2)
+    with pytest.raises(SimConfigError, match="scenarios: larger-batch-budget"):
+        build_config("default", scenarios=["warp"])

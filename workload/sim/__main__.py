@@ -13,7 +13,7 @@ import signal
 import sys
 
 from workload.errors import ArgParser, UsageError, run_edge
-from workload.sim.config import PRESETS, build_config
+from workload.sim.config import PRESETS, SCENARIOS, build_config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="a preset written by `agentload sim calibrate`, applied on top of --preset",
+    )
+    p.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a named change on top of the preset, e.g. larger-batch-budget (repeatable)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for outputs, acceptance and faults")
     p.add_argument(
@@ -118,6 +125,8 @@ def _main(argv: list[str] | None) -> int:
     if args.list_presets:
         for name, (desc, _) in PRESETS.items():
             print(f"{name:14} {desc}")
+        for name, (desc, _) in SCENARIOS.items():
+            print(f"scenario {name:24} {desc}")
         return 0
     file_settings = None
     if args.preset_file:
@@ -129,6 +138,7 @@ def _main(argv: list[str] | None) -> int:
         args.set,
         args.fault,
         file_settings=file_settings,
+        scenarios=args.scenario,
         ttft_scale=args.ttft_scale,
         itl_scale=args.itl_scale,
         model=args.model,

@@ -215,6 +215,61 @@ PRESETS: dict[str, tuple[str, dict[str, object]]] = {
 }
 
 
+# Scenarios: named changes applied on top of a preset (`--scenario NAME`, repeatable). A
+# float in a ("x", f) pair multiplies the preset's value; anything else replaces it. Each says
+# what it changes and why such a candidate is plausible; none claims to be a vLLM release.
+SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
+    "larger-batch-budget": (
+        "max_num_batched_tokens x2 and max_num_seqs x2 (what raising --max-num-batched-tokens"
+        " / --max-num-seqs does): more admitted per step, so better TTFT and throughput under"
+        " load, but bigger steps, so the slowest streams decode slower (a tail trade-off)",
+        {"max_num_batched_tokens": ("x", 2.0), "max_num_seqs": ("x", 2.0)},
+    ),
+    "smaller-batch-budget": (
+        "max_num_batched_tokens x0.5 and max_num_seqs x0.5: the opposite trade-off",
+        {"max_num_batched_tokens": ("x", 0.5), "max_num_seqs": ("x", 0.5)},
+    ),
+    "kv-pool+20%": (
+        "num_gpu_blocks x1.2 (e.g. a higher --gpu-memory-utilization): fewer preemptions",
+        {"num_gpu_blocks": ("x", 1.2)},
+    ),
+    "kv-pool-20%": (
+        "num_gpu_blocks x0.8 (a smaller KV cache): more preemptions and recompute",
+        {"num_gpu_blocks": ("x", 0.8)},
+    ),
+    "spec-off": ("spec_k=0: speculative decoding off", {"spec_k": 0}),
+    "spec-off-for-structured": (
+        "structured-output requests decode without drafts (a hypothesis to test a canary"
+        " against, not a documented vLLM behaviour)",
+        {"spec_fallback_structured": True},
+    ),
+    "prefix-caching-off": (
+        "enable_prefix_caching=false (--no-enable-prefix-caching)",
+        {"enable_prefix_caching": False},
+    ),
+    "async-scheduling": (
+        "async_scheduling=true (--async-scheduling): host work hides behind the device step",
+        {"async_scheduling": True},
+    ),
+    "noisy-instance": (
+        "instance noise on (speed factor, drift, step jitter, stalls; see docs/simulator.md)",
+        {"instance_noise": True},
+    ),
+}
+
+
+def apply_scenario(cfg: SimConfig, name: str) -> None:
+    """Apply one named scenario to `cfg` in place; SimConfigError names the known ones."""
+    if name not in SCENARIOS:
+        raise SimConfigError(f"unknown scenario {name!r}; scenarios: {', '.join(SCENARIOS)}")
+    for key, change in SCENARIOS[name][1].items():
+        if isinstance(change, tuple):
+            old = getattr(cfg, key)
+            setattr(cfg, key, type(old)(max(1, round(old * change[1]))))
+        else:
+            setattr(cfg, key, change)
+
+
 def _coerce(name: str, raw: str) -> object:
     fields = {f.name: f for f in dataclasses.fields(SimConfig)}
     if name not in fields or name in ("faults", "preset"):
@@ -253,9 +308,10 @@ def build_config(
     sets: list[str] = (),  # type: ignore[assignment]
     faults: list[str] = (),  # type: ignore[assignment]
     file_settings: tuple[str, dict[str, object]] | None = None,
+    scenarios: list[str] = (),  # type: ignore[assignment]
     **overrides: object,
 ) -> SimConfig:
-    """Resolve preset (-> a preset file's settings) -> `--set` overrides -> `--fault` rates -> keyword overrides; validate."""
+    """Resolve preset (-> a preset file's settings) -> scenarios -> `--set` overrides -> `--fault` rates -> keyword overrides; validate."""
     if preset not in PRESETS:
         raise SimConfigError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
     cfg = SimConfig(preset=preset)
@@ -265,6 +321,8 @@ def build_config(
         cfg.preset = file_settings[0]
         for key, value in file_settings[1].items():
             setattr(cfg, key, _coerce(key, str(value)))
+    for name in scenarios:
+        apply_scenario(cfg, name)
     for key, raw in parse_assignments(list(sets), "--set"):
         setattr(cfg, key, _coerce(key, raw))
     fault_rates = dict(cfg.faults)
