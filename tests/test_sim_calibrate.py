@@ -11,7 +11,16 @@ import pytest
 import yaml
 
 from workload.errors import SimConfigError, UsageError
-from workload.sim.calibrate import FITTED, Sample, calibrate, fit, load_preset_file, parse_host
+from workload.sim.calibrate import (
+    FITTED,
+    Sample,
+    calibrate,
+    discover,
+    fit,
+    load_preset_file,
+    parse_host,
+    stream_once,
+)
 from workload.sim.config import build_config
 from workload.sim.costmodel import StepShape
 from workload.sim.inprocess import SimThread
@@ -179,3 +188,12 @@ def test_calibrate_refuses_a_non_loopback_host_in_one_line():
     assert done.stderr.strip() == (
         "agentload: error: --host must be a loopback address (127.0.0.1), got 192.0.2.1"
     )
+
+
+@pytest.mark.slow
+def test_a_request_leaves_the_api_stage_when_its_time_is_up_not_a_lag_window_later():
+    with SimThread("default", sets=["api_ms_per_request=14", "spec_k=0"]) as sim:
+        t = discover(sim.url)
+        ttft, arrivals, _ = stream_once(t, "hello there " * 20, 8)
+    assert ttft < 0.5  # the driver once stepped at the arrival time until MAX_LAG_S (1 s) passed
+    assert len(arrivals) == 8

@@ -104,6 +104,8 @@ class SimServer:
             # Back to back with the previous step (late wake-ups do not count), but not
             # before the newest arrival and at most MAX_LAG_S behind the wall clock.
             now = min(wall, max(clock, self._last_submit, wall - MAX_LAG_S))
+            if ready is not None:
+                now = max(now, ready)  # the step that takes it starts when it leaves the API
             out = engine.step(now)
             clock = out.end
             if not out.emitted and not out.prefill_tokens:
