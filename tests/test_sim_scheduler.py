@@ -242,3 +242,31 @@ def test_a_scenario_scales_the_preset_value_and_unknown_ones_are_refused():
     assert cfg.num_gpu_blocks == round(16384 * 1.2)
     with pytest.raises(SimConfigError, match="scenarios: larger-batch-budget"):
         build_config("default", scenarios=["warp"])
+
+
+# -- noise through the engine, generated blocks ------------------------------------------------
+def step_times(instance_seed: int) -> list[float]:
+    cfg = build_config("default", ["spec_k=0", "instance_noise=true"])
+    eng = Engine(cfg, instance_seed=instance_seed)
+    eng.add_request(req(64, out=30), 0.0)
+    return [o.duration_s for o in drain(eng)]
+
+
+def test_two_instances_of_one_preset_differ_and_one_instance_repeats_itself():
+    assert step_times(1) == step_times(1)
+    assert step_times(1) != step_times(2)
+
+
+def test_generated_blocks_enter_the_prefix_cache_when_the_request_carries_its_outputs():
+    eng = engine(block_size=16, spec_k=0)
+    prompt = list(range(1000, 1040))
+    first = EngineRequest(
+        request_id="a", prompt=prompt, output_len=40, output_ids=list(range(5000, 5040))
+    )
+    eng.add_request(first, 0.0)
+    drain(eng)
+    follow = req(0)
+    follow.prompt = prompt + list(range(5000, 5040)) + list(range(9000, 9010))
+    eng.add_request(follow, 10.0)
+    drain(eng, 10.0)
+    assert follow.cached_tokens == 64  # 4 whole blocks of prompt + output (80 tokens, 79 done)
