@@ -14,7 +14,7 @@ import sys
 
 from workload import memtrace
 from workload.errors import ArgParser, SetupError, UsageError, run_edge
-from workload.sim.config import PRESETS, build_config
+from workload.sim.config import PRESETS, SCENARIOS, build_config
 from workload.sim.server import SimServer
 
 
@@ -27,6 +27,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one")
     p.add_argument("--preset", default="default", help=f"one of: {', '.join(PRESETS)}")
+    p.add_argument(
+        "--preset-file",
+        default=None,
+        metavar="FILE",
+        help="a preset written by `agentload sim calibrate`, applied on top of --preset",
+    )
+    p.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a named change on top of the preset, e.g. larger-batch-budget (repeatable)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for outputs, acceptance and faults")
     p.add_argument(
         "--fault",
@@ -102,15 +115,33 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["calibrate"]:
+        from workload.sim.calibrate import (
+            main_calibrate,
+        )  # start-up: numpy (~0.1 s) only for calibration
+
+        return main_calibrate(argv[1:])
     args = build_parser().parse_args(argv)
     if args.list_presets:
         for name, (desc, _) in PRESETS.items():
             print(f"{name:14} {desc}")
+        for name, (desc, _) in SCENARIOS.items():
+            print(f"scenario {name:24} {desc}")
         return 0
+    file_settings = None
+    if args.preset_file:
+        from workload.sim.calibrate import (
+            load_preset_file,
+        )  # start-up: numpy (~0.1 s) only for calibration
+
+        file_settings = load_preset_file(args.preset_file)
     cfg = build_config(
         args.preset,
         args.set,
         args.fault,
+        file_settings=file_settings,
+        scenarios=args.scenario,
         ttft_scale=args.ttft_scale,
         itl_scale=args.itl_scale,
         model=args.model,

@@ -37,6 +37,10 @@ class SimConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_waiting: int = 2048  # admission limit; past it requests get 503
+    enable_chunked_prefill: bool = True  # off: a prompt over the step budget waits
+    long_prefill_token_threshold: int = 0  # cap per prefill chunk when >1 request (0 = none)
+    async_scheduling: bool = False  # host work overlaps the device: step = max(host, device)
+    api_ms_per_request: float = 0.0  # API-server time per request, served one at a time
     scheduling_policy: str = "priority"
     # KV cache
     block_size: int = 16
@@ -50,7 +54,8 @@ class SimConfig:
     prefill_ms_per_token: float = 0.06
     decode_ms_base: float = 7.0
     decode_ms_per_seq: float = 0.04
-    decode_ms_per_kv_ktoken: float = 0.004  # attention reads, per 1k context tokens in the batch
+    attn_ms_per_kctx: float = 0.004  # attention reads, per 1k context tokens in the batch
+    attn_ms_per_mpair: float = 0.0  # attention compute, per 1M (query, key) pairs
     draft_ms_per_token: float = 0.02
     ttft_scale: float = 1.0  # multiplies steps that carry prefill (canary regressions)
     itl_scale: float = 1.0  # multiplies decode work
@@ -64,12 +69,22 @@ class SimConfig:
     spec_accept_base: float = 0.55
     spec_accept_rep_gain: float = 0.4  # extra acceptance for fully repetitive content
     spec_metrics: str = "summary"  # none | summary | detailed (per-request object)
+    spec_propose_rate: float = 1.0  # share of decode steps the proposer has drafts for
     spec_fallback_structured: bool = False  # V2 runner: no drafts for structured outputs
     # API features (vLLM flags)
     enable_prompt_tokens_details: bool = True
     enable_per_request_metrics: bool = True
     dev_mode: bool = False  # VLLM_SERVER_DEV_MODE=1: /server_info exists
     model_runner: str = "v1"
+    # instance noise (costmodel.InstanceNoise): off by default so tests stay deterministic
+    instance_noise: bool = False
+    instance_seed: int = 0  # which instance this is; the traffic seed is separate
+    noise_instance_sigma: float = 0.05  # log-sd of the per-instance speed factor
+    noise_drift_sigma: float = 0.03  # log-sd of the slow speed drift
+    noise_drift_tau_s: float = 20.0  # correlation time of the drift
+    noise_step_sigma: float = 0.02  # log-sd of per-step jitter (mean 1)
+    noise_stall_rate_hz: float = 0.02  # stalls per second of engine time
+    noise_stall_ms: float = 50.0  # mean stall length (exponential)
     # fault injection: kind -> rate; stall and drip parameters
     faults: dict[str, float] = field(default_factory=dict)
     fault_stall_s: float = 30.0
@@ -105,9 +120,40 @@ class SimConfig:
             )
         if not 0 <= self.spec_k <= 16:
             problems.append("spec_k must be in 0..16")
-        for name in ("tool_call_prob", "malformed_tool_rate", "spec_accept_base"):
+        for name in (
+            "tool_call_prob",
+            "malformed_tool_rate",
+            "spec_accept_base",
+            "spec_propose_rate",
+        ):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 problems.append(f"{name} must be in [0, 1]")
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            problems.append(
+                "without chunked prefill max_num_batched_tokens must be >= max_model_len "
+                "(vLLM's rule: a whole prompt must fit one step)"
+            )
+        if self.long_prefill_token_threshold < 0:
+            problems.append("long_prefill_token_threshold must be >= 0")
+        if self.instance_seed < 0:
+            problems.append("instance_seed must be >= 0")
+        for name in (
+            "step_overhead_ms",
+            "prefill_ms_per_token",
+            "decode_ms_base",
+            "decode_ms_per_seq",
+            "attn_ms_per_kctx",
+            "attn_ms_per_mpair",
+            "draft_ms_per_token",
+            "api_ms_per_request",
+            "noise_instance_sigma",
+            "noise_drift_sigma",
+            "noise_step_sigma",
+            "noise_stall_rate_hz",
+            "noise_stall_ms",
+        ):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0")
         if self.ttft_scale <= 0 or self.itl_scale <= 0:
             problems.append("ttft_scale and itl_scale must be > 0")
         for kind, rate in self.faults.items():
@@ -162,12 +208,67 @@ PRESETS: dict[str, tuple[str, dict[str, object]]] = {
             "prefill_ms_per_token": 0.0,
             "decode_ms_base": 0.0,
             "decode_ms_per_seq": 0.0,
-            "decode_ms_per_kv_ktoken": 0.0,
+            "attn_ms_per_kctx": 0.0,
             "draft_ms_per_token": 0.0,
             "output_len_mean": 32,
         },
     ),
 }
+
+
+# Scenarios: named changes applied on top of a preset (`--scenario NAME`, repeatable). A
+# float in a ("x", f) pair multiplies the preset's value; anything else replaces it. Each says
+# what it changes and why such a candidate is plausible; none claims to be a vLLM release.
+SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
+    "larger-batch-budget": (
+        "max_num_batched_tokens x2 and max_num_seqs x2 (what raising --max-num-batched-tokens"
+        " / --max-num-seqs does): more admitted per step, so better TTFT and throughput under"
+        " load, but bigger steps, so the slowest streams decode slower (a tail trade-off)",
+        {"max_num_batched_tokens": ("x", 2.0), "max_num_seqs": ("x", 2.0)},
+    ),
+    "smaller-batch-budget": (
+        "max_num_batched_tokens x0.5 and max_num_seqs x0.5: the opposite trade-off",
+        {"max_num_batched_tokens": ("x", 0.5), "max_num_seqs": ("x", 0.5)},
+    ),
+    "kv-pool+20%": (
+        "num_gpu_blocks x1.2 (e.g. a higher --gpu-memory-utilization): fewer preemptions",
+        {"num_gpu_blocks": ("x", 1.2)},
+    ),
+    "kv-pool-20%": (
+        "num_gpu_blocks x0.8 (a smaller KV cache): more preemptions and recompute",
+        {"num_gpu_blocks": ("x", 0.8)},
+    ),
+    "spec-off": ("spec_k=0: speculative decoding off", {"spec_k": 0}),
+    "spec-off-for-structured": (
+        "structured-output requests decode without drafts (a hypothesis to test a canary"
+        " against, not a documented vLLM behaviour)",
+        {"spec_fallback_structured": True},
+    ),
+    "prefix-caching-off": (
+        "enable_prefix_caching=false (--no-enable-prefix-caching)",
+        {"enable_prefix_caching": False},
+    ),
+    "async-scheduling": (
+        "async_scheduling=true (--async-scheduling): host work hides behind the device step",
+        {"async_scheduling": True},
+    ),
+    "noisy-instance": (
+        "instance noise on (speed factor, drift, step jitter, stalls; see docs/simulator.md)",
+        {"instance_noise": True},
+    ),
+}
+
+
+def apply_scenario(cfg: SimConfig, name: str) -> None:
+    """Apply one named scenario to `cfg` in place; SimConfigError names the known ones."""
+    if name not in SCENARIOS:
+        raise SimConfigError(f"unknown scenario {name!r}; scenarios: {', '.join(SCENARIOS)}")
+    for key, change in SCENARIOS[name][1].items():
+        if isinstance(change, tuple):
+            old = getattr(cfg, key)
+            setattr(cfg, key, type(old)(max(1, round(old * change[1]))))
+        else:
+            setattr(cfg, key, change)
 
 
 def _coerce(name: str, raw: str) -> object:
@@ -210,14 +311,22 @@ def build_config(
     preset: str = "default",
     sets: list[str] = (),  # type: ignore[assignment]
     faults: list[str] = (),  # type: ignore[assignment]
+    file_settings: tuple[str, dict[str, object]] | None = None,
+    scenarios: list[str] = (),  # type: ignore[assignment]
     **overrides: object,
 ) -> SimConfig:
-    """Resolve preset -> `--set` overrides -> `--fault` rates -> keyword overrides; validate."""
+    """Resolve preset (-> a preset file's settings) -> scenarios -> `--set` overrides -> `--fault` rates -> keyword overrides; validate."""
     if preset not in PRESETS:
         raise SimConfigError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
     cfg = SimConfig(preset=preset)
     for key, value in PRESETS[preset][1].items():
         setattr(cfg, key, value)
+    if file_settings is not None:
+        cfg.preset = file_settings[0]
+        for key, value in file_settings[1].items():
+            setattr(cfg, key, _coerce(key, str(value)))
+    for name in scenarios:
+        apply_scenario(cfg, name)
     for key, raw in parse_assignments(list(sets), "--set"):
         setattr(cfg, key, _coerce(key, raw))
     fault_rates = dict(cfg.faults)

@@ -28,7 +28,8 @@ class SimThread:
         seed: int = 0,
         **overrides: object,
     ) -> None:
-        self.cfg = build_config(preset, list(sets), list(faults), **overrides)
+        # overrides are SimConfig fields, never build_config's file_settings/scenarios
+        self.cfg = build_config(preset, list(sets), list(faults), **overrides)  # type: ignore[arg-type]
         self.seed = seed
         self.url = ""
         self.server: SimServer | None = None

@@ -94,9 +94,18 @@ class SimServer:
                 await wake.wait()
                 continue
             wall = loop.time()
+            ready = None if engine.has_runnable() else engine.next_ready()
+            if ready is not None and ready > wall:
+                # only requests still in the API-server stage: sleep until the first leaves it
+                wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout=ready - wall)
+                continue
             # Back to back with the previous step (late wake-ups do not count), but not
             # before the newest arrival and at most MAX_LAG_S behind the wall clock.
             now = min(wall, max(clock, self._last_submit, wall - MAX_LAG_S))
+            if ready is not None:
+                now = max(now, ready)  # the step that takes it starts when it leaves the API
             out = engine.step(now)
             clock = out.end
             if not out.emitted and not out.prefill_tokens:

