@@ -63,6 +63,12 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"python -c \"from workload\.plan\.reference", "rewrites docs/profiles-reference.md; tests/test_reference.py checks it"),
     (r"export ", "sets an API key in the shell; the simulator needs none"),
     (r"echo \$\?", "prints the exit code of the command above; this test checks it"),
+    (r"agentload trace import auto ~/", "reads your own Claude Code logs; tests/test_agent_traces.py "
+     "imports the shared samples and tests/e2e/test_agent_replay.py replays them"),
+    (r"agentload run --trace sessions\.jsonl", "replays the file the import above writes from your "
+     "own logs; tests/e2e/test_agent_replay.py replays imported sessions"),
+    (r"agentload sim --preset-file twin\.yaml", "serves the preset `sim calibrate` fitted to a real "
+     "server; tests/test_sim_calibrate.py calibrates and serves one"),
     (r"locust .*--master\b|locust .*--worker\b",
      "a distributed master and its workers on several machines; "
      "tests/e2e/test_distributed_and_gates.py runs master and workers"),

@@ -79,3 +79,10 @@ def test_compare_and_report_of_wrong_typed_request_fields_give_a_verdict(tmp_pat
     assert code in (0, 3, 4)
     assert main(["report", str(b)]) == 0
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_stages_finalize_writes_are_kept():
+    """run.json's `stages` is the load summary's dict ({"stages": [...]}), not a list."""
+    problems: list[str] = []
+    stages = {"shape": "stages", "stages": [{"index": 0, "users": 2, "start_s": 0, "end_s": 5}]}
+    assert checked_run({"stages": stages}, problems)["stages"] == stages and problems == []

@@ -76,7 +76,7 @@ RUN_SHAPE: dict[str, Any] = {
                 "by_class": Map(SECTION), "by_step": Map(Map(SECTION))},
     "server": dict,
     "spec_decode_crosscheck": Map(Map(MAYBE_NUM)),
-    "stages": (list, type(None)),
+    "stages": (dict, list, type(None)),  # {"stages": [...], ...} as finalize writes it
     "slos": Map(Map(NUM)),
     "slo_results": List(SLO_RESULT),
     "partial": (bool,),
