@@ -125,6 +125,7 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
         srec.arrival_index = arrival.k
         srec.arrival_stream = arrival.stream
     t0 = time.perf_counter_ns()
+    rt.live.sessions_started += 1
     try:
         while (step := session.next_step()) is not None:
             pause = float(step.think_s or 0.0) + float(step.tool_pause_s or 0.0)
@@ -133,6 +134,7 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
                 rt.pacer.wait()
             req = step.request
             req.request_id = request_id_for(rt.seed, session.session_id, step.step, req.attempt)
+            rt.live.requests_started += 1
             rec: RequestRecord = rt.client.exchange(req)
             stopped = False
             if rec.status != STATUS_CANCELLED:

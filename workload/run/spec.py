@@ -111,6 +111,9 @@ class RunSpec:
     on_bad_line: str = "skip"
     trace_clip: bool = False
     trace_info: TraceInfo | None = None
+    # --metrics-port: "HOST:PORT" the run's Prometheus endpoint listens on ("" = off).
+    metrics_port: str = ""
+    metrics_linger_s: float = 0.0
     # The raw option values this was resolved from (the start form is compared with them).
     options: dict[str, RawValue] = field(default_factory=dict, compare=False)
 
@@ -296,6 +299,8 @@ def resolve_spec(
         on_bad_line=typed["on_bad_line"] or "skip",
         trace_clip=typed["trace_clip"],
         trace_info=trace_info,
+        metrics_port=typed["metrics_port"],
+        metrics_linger_s=typed["metrics_linger_s"],
     )
 
 
