@@ -120,3 +120,36 @@ def test_sparse_and_dense_counts_encode_like_hdrh():
     small.record_many_ms([1.0, 2.0, 3.0])
     small.summary()
     assert small._dense is None and small._idx.size == 3
+
+
+def test_vectorised_bucket_value_matches_hdrh():
+    from workload.measure.histogram import _hdr_value
+
+    h = HdrHistogram(1, 3_600_000_000, 3)
+    idx = np.arange(0, h.counts_len, 7, dtype=np.int64)
+    expected = [h.get_value_from_index(int(i)) for i in idx]
+    assert _hdr_value(h, idx).tolist() == expected
+
+
+def test_cumulative_counts_at_bounds_count_values_at_or_below_each_bound():
+    h = LatencyHistogram()
+    values_ms = [0.5, 1.0, 4.0, 4.0, 9.99, 250.0, 1200.0]
+    for v in values_ms:
+        h.record_ms(v)
+    bounds_us = [100, 1000, 5000, 10_000, 1_000_000, 10_000_000]
+    assert h.counts_at_most_us(bounds_us) == [0, 2, 4, 5, 6, 7]
+    assert LatencyHistogram().counts_at_most_us([1, 2]) == [0, 0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.001, 100_000.0), min_size=1, max_size=200))
+def test_cumulative_counts_are_within_one_hdr_bucket_of_exact(values_ms):
+    h = LatencyHistogram()
+    h.record_many_ms(values_ms)
+    bounds_us = [1_000, 10_000, 100_000, 1_000_000, 10_000_000]
+    got = h.counts_at_most_us(bounds_us)
+    for b, n in zip(bounds_us, got, strict=True):
+        exact = sum(1 for v in values_ms if round(v * 1000) <= b)
+        loose = sum(1 for v in values_ms if round(v * 1000) <= b * 1.001 + 1)
+        assert exact <= n <= loose
+    assert got == sorted(got) and got[-1] <= len(values_ms)

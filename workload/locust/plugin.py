@@ -13,7 +13,7 @@ import gevent
 
 from workload import memtrace
 from workload.errors import EXIT_BAD_INPUT, AgentloadError, print_error
-from workload.locust import health, open_loop, run_clock, signals, warmup, webui, workers
+from workload.locust import health, live, open_loop, run_clock, signals, warmup, webui, workers
 from workload.locust import options as options_mod
 from workload.locust.load_shape import install_shape
 from workload.locust.options import form_changed, reresolve, spec_from_options
@@ -126,6 +126,7 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
         if rt.role != "worker":
             Path(rt.out_dir).mkdir(parents=True, exist_ok=True)
             rt.start_observers()
+            live.start_for(environment, rt)
             print(
                 f"agentload: run {rt.run_id} -> {rt.out_dir}  "
                 f"target {redact_url(str(rt.target.get('url')))} model {sanitize(rt.model)}  "
@@ -279,6 +280,7 @@ def _on_report_to_master(env: Any, client_id: str, data: dict, **_kw: Any) -> No
         return
     # drain() keeps per-session SLO state for sessions that span reports.
     data["agentload"] = rt.delta.drain().to_dict()
+    live.attach_report(rt, data)
 
 
 def _on_worker_report(env: Any, client_id: str, data: dict, **_kw: Any) -> None:
@@ -287,6 +289,7 @@ def _on_worker_report(env: Any, client_id: str, data: dict, **_kw: Any) -> None:
         return
 
     rt.total.merge(Aggregate.from_dict(data["agentload"], slos_by_class=rt.slos))
+    live.take_report(env, client_id, data)
 
 
 def _on_quitting(environment: Any, **_kw: Any) -> None:
@@ -313,6 +316,8 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
     code = _finish(rt)
     if stop.signum is not None or not environment.process_exit_code:
         environment.process_exit_code = code
+    # the final counts for a last scrape (not after Ctrl-C: the operator wants out)
+    live.linger(environment, rt.spec.metrics_linger_s if stop.signum is None else 0.0)
     if _under_agentload_run(rt):
         # Under `agentload run` our table is the run's table: Locust's (which counts no
         # cancelled requests) would follow it with a different count.

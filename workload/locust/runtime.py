@@ -24,6 +24,7 @@ from workload.errors import ProfileError, SetupError, TokenizerUnavailable
 from workload.locust.pacing import Pacer
 from workload.measure import artifacts
 from workload.measure.client import Client
+from workload.measure.live_metrics import LiveCounts
 from workload.measure.records import STATUS_CANCELLED, RequestRecord, SessionRecord
 from workload.measure.stats import Aggregate
 from workload.measure.transport import read_stamps
@@ -67,6 +68,7 @@ class AgentRuntime:
         self.slos: dict[str, dict[str, float]] = {}
         self.total = Aggregate()  # local & master: everything; worker: unused
         self.delta = Aggregate()  # worker: since the last report to the master
+        self.live = LiveCounts()  # starts, in flight, lateness (workload.locust.live)
         self.user_counter = 0
         self.users_done = 0
         self.trace_done_count = 0  # processes that sent their whole share of a --trace
@@ -203,6 +205,7 @@ class AgentRuntime:
     def record_request(self, rec: RequestRecord) -> None:
         """Write, aggregate and report one finished attempt to Locust's stats."""
         rec.slo_met = (self.delta if self.role == "worker" else self.total).add_request(rec)
+        self.live.requests_ended += 1
         if self.writer is not None:
             self.writer.requests.write(rec.to_json())
         if rec.status == STATUS_CANCELLED:
@@ -221,6 +224,9 @@ class AgentRuntime:
 
     def record_session(self, srec: SessionRecord) -> None:
         srec.slo_met = (self.delta if self.role == "worker" else self.total).add_session(srec)
+        self.live.sessions_ended += 1
+        if srec.t_scheduled is not None:
+            self.live.lateness.record_ms(max(0.0, srec.t_start - srec.t_scheduled) * 1000.0)
         if self.writer is not None:
             self.writer.sessions.write(srec.to_json())
 

@@ -126,6 +126,7 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
         srec.arrival_stream = arrival.stream
     t0 = time.perf_counter_ns()
     children: dict[str, gevent.Greenlet] = {}  # subagent sessions running beside this one
+    rt.live.sessions_started += 1
     try:
         while True:
             step = session.next_step()
@@ -135,6 +136,7 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
             _pause(rt, step, joins, children)
             req = step.request
             req.request_id = request_id_for(rt.seed, session.session_id, step.step, req.attempt)
+            rt.live.requests_started += 1
             rec: RequestRecord = rt.client.exchange(req)
             stopped = False
             if rec.status != STATUS_CANCELLED:

@@ -248,6 +248,21 @@ class LatencyHistogram:
         idx, cnt = self._nonzero()
         return dict(zip(idx.tolist(), cnt.tolist(), strict=True))
 
+    def counts_at_most_us(self, bounds_us: Iterable[int]) -> list[int]:
+        """Cumulative counts at each bound (Prometheus ``le`` buckets), bounds ascending.
+
+        A value counts under a bound when its HDR bucket starts at or below it, so a count can
+        include values up to one bucket width (<= 0.1 %) above the bound.
+        """
+        self._flush()
+        idx, cnt = self._nonzero()
+        if idx.size == 0:
+            return [0 for _ in bounds_us]
+        lowest = _hdr_value(self._shape, idx.astype(np.int64))
+        cumulative = np.cumsum(cnt)
+        at = np.searchsorted(lowest, np.asarray(list(bounds_us), dtype=np.int64), side="right")
+        return [int(cumulative[k - 1]) if k else 0 for k in at.tolist()]
+
 
 _NO_IDX = np.zeros(0, dtype=np.int32)
 _NO_CNT = np.zeros(0, dtype=np.int64)
@@ -277,3 +292,16 @@ def _hdr_index(h: HdrHistogram, us: np.ndarray) -> np.ndarray:
     sub_bucket = us >> (bucket + u)
     index: np.ndarray = ((bucket + 1) << m) + (sub_bucket - h.sub_bucket_half_count)
     return index
+
+
+def _hdr_value(h: HdrHistogram, idx: np.ndarray) -> np.ndarray:
+    """The lowest value of each counts-array index: hdrh's get_value_from_index, vectorised."""
+    m = h.sub_bucket_half_count_magnitude
+    half = h.sub_bucket_half_count
+    bucket = (idx >> m) - 1
+    sub_bucket = (idx & (half - 1)) + half
+    first = bucket < 0
+    sub_bucket = np.where(first, sub_bucket - half, sub_bucket)
+    bucket = np.where(first, 0, bucket)
+    value: np.ndarray = sub_bucket << (bucket + h.unit_magnitude)
+    return value

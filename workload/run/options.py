@@ -160,6 +160,25 @@ def _port(value: Any) -> int:
     return n
 
 
+def parse_listen(value: Any) -> str:
+    """'--metrics-port [HOST:]PORT' -> 'HOST:PORT' (loopback unless a host is given); '' = off."""
+    text = str(value or "").strip()
+    if not text:
+        return ""
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]") if sep else "127.0.0.1"
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535 or (sep and not host):
+        raise UsageError(
+            f"bad --metrics-port {text!r}: use a port (9464; 0 = any free one) or HOST:PORT "
+            "(0.0.0.0:9464 to serve other machines)"
+        )
+    return f"{host}:{port}"
+
+
 def _max_error_ratio(value: Any) -> float | None:
     text = str(value).strip()
     if not text:
@@ -268,6 +287,16 @@ OPTIONS: tuple[Option, ...] = (
            "seconds between /metrics scrapes of the target (0: off)",
            default="2", parse=lambda v: _number("--scrape-interval", positive=False)(v) or 0.0,
            web=True),
+    Option("metrics_port", ("--metrics-port",),
+           "serve the run's live numbers for Prometheus at http://HOST:PORT/metrics "
+           "(loopback unless HOST is given; 0: any free port; the master serves in distributed "
+           "mode)",
+           metavar="[HOST:]PORT", parse=parse_listen, canary=False),
+    Option("metrics_linger_s", ("--metrics-linger",),
+           "with --metrics-port: keep serving this many seconds after the run ended, so a "
+           "last scrape sees the final counts (default 0)",
+           dest="metrics_linger", default="0", metavar="SECONDS",
+           parse=lambda v: _number("--metrics-linger", positive=False)(v) or 0.0, canary=False),
     Option("max_error_ratio", ("--max-error-ratio",),
            "exit 1 above this error ratio (default: the profile's max_error_ratio)",
            parse=_max_error_ratio),

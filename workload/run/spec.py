@@ -124,6 +124,9 @@ class RunSpec:
     trace_clip: bool = False
     max_gap_s: float | None = None  # agent sessions: no replayed wait longer than this
     trace_info: TraceInfo | None = None
+    # --metrics-port: "HOST:PORT" the run's Prometheus endpoint listens on ("" = off).
+    metrics_port: str = ""
+    metrics_linger_s: float = 0.0
     # The raw option values this was resolved from (the start form is compared with them).
     options: dict[str, RawValue] = field(default_factory=dict, compare=False)
 
@@ -314,6 +317,8 @@ def resolve_spec(
         trace_clip=typed["trace_clip"],
         max_gap_s=typed["max_gap"],
         trace_info=trace_info,
+        metrics_port=typed["metrics_port"],
+        metrics_linger_s=typed["metrics_linger_s"],
     )
 
 
