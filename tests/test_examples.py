@@ -63,6 +63,10 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"python -c \"from workload\.plan\.reference", "rewrites docs/profiles-reference.md; tests/test_reference.py checks it"),
     (r"export ", "sets an API key in the shell; the simulator needs none"),
     (r"echo \$\?", "prints the exit code of the command above; this test checks it"),
+    (r"docker ", "builds or runs the container image: no Docker here; tests/test_deploy.py checks the "
+     "Dockerfile's sources, user and entrypoint"),
+    (r"kubectl ", "applies the Kubernetes recipe: no cluster here; tests/test_deploy.py checks the "
+     "manifests and runs their master and worker arguments as a real run"),
     (r"agentload trace import auto ~/", "reads your own Claude Code logs; tests/test_agent_traces.py "
      "imports the shared samples and tests/e2e/test_agent_replay.py replays them"),
     (r"agentload run --trace sessions\.jsonl", "replays the file the import above writes from your "

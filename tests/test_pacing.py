@@ -8,6 +8,7 @@ import gevent
 import gevent.socket
 
 from workload.locust.pacing import Pacer
+from workload.measure.live_metrics import LiveCounts
 from workload.measure.records import RequestRecord
 
 
@@ -149,6 +150,7 @@ class _Runtime:
         self.requests: list = []
         self.sessions: list = []
         self.client = type("Client", (), {"exchange": lambda _, req: RequestRecord(step=1)})()
+        self.live = LiveCounts()  # the /metrics counters play() keeps
 
     def record_request(self, rec) -> None:
         self.requests.append(rec)
