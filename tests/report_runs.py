@@ -49,6 +49,7 @@ def agent_run(path: Path, scale: int = 1, **overrides: Any) -> Path:
     meta = json.loads((run / "run.json").read_text())
     meta["exit_code"] = 1
     meta["profile"]["max_error_ratio"] = 0.05
+    meta["profile"]["history"] = "actual"  # tool-loop failures: the server was asked for calls
     meta["slo_results"] = [
         {"class_name": "coding-agent", "metric": "ttft_p95_ms", "threshold": 800, "observed": 412.3,
          "passed": True, "unit": "ms", "bound": "<=", "skipped": False, "message": ""},

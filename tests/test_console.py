@@ -37,8 +37,24 @@ def test_console_table_says_tool_calls_planned_and_returned():
     agg = Aggregate()
     agg.add_request(req(step=1, planned_tool="read_file"))
     agg.add_request(req(step=2))
-    text = console_table(agg.summary())
+    text = console_table(agg.summary(), history="actual")
     assert text.endswith("tool calls: 1 planned, 0 returned by the server; tool-loop failures: 0")
     row = view_row("All", agg.summary()["overall"])
     assert row["tool_calls_planned"] == 1 and row["tool_calls_returned"] == 0
     assert "tool calls" not in console_table(Aggregate().summary())
+
+
+def test_scripted_history_says_the_tool_calls_were_played_not_asked_for():
+    """Scripted history never asks the server for a tool call: "0 returned by the server"
+    would read as a broken tool loop (issue 30, item 2)."""
+    from tests.stats_builders import req
+
+    agg = Aggregate()
+    for step in range(1, 4):
+        agg.add_request(req(step=step, planned_tool="read_file"))
+    text = console_table(agg.summary())  # scripted is the profile default
+    last = text.splitlines()[-1]
+    assert "returned by the server" not in last
+    assert last.startswith("tool calls: 3 played from the profile")
+    assert "not asked" in last and "history: actual" in last
+    assert "tool-loop failures" not in last  # scripted history has no tool loop to fail

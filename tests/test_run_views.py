@@ -311,3 +311,20 @@ def test_health_warning_only_when_the_generator_crossed_its_thresholds():
     )
     assert health_warning({"generator_health": dict(gh, crossed=False)}) == ""
     assert health_warning({}) == ""
+
+
+def test_headline_tool_calls_in_the_words_of_the_history_mode(tmp_path):
+    """Scripted history (the default): the calls were played, the server never asked (item 2
+    of issue 30); `history: actual` keeps "returned by the server"."""
+    import json
+
+    run = agent_run(tmp_path / "r")
+    h = headline(load_run(run), run_summary(load_run(run)))
+    assert h["tool_calls_text"].endswith("returned by the server")
+    meta = json.loads((run / "run.json").read_text())
+    meta["profile"]["history"] = "scripted"
+    (run / "run.json").write_text(json.dumps(meta))
+    h = headline(load_run(run), run_summary(load_run(run)))
+    assert "played from the profile" in h["tool_calls_text"]
+    assert "returned by the server" not in h["tool_calls_text"]
+    assert "history: actual" in h["tool_calls_text"]

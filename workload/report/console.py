@@ -25,8 +25,9 @@ def _pct0(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
-def console_table(summary: Mapping[str, Any]) -> str:
-    """A compact plain-text table: one row per class and one overall."""
+def console_table(summary: Mapping[str, Any], history: str = "scripted") -> str:
+    """A compact plain-text table: one row per class and one overall (`history`: the
+    profile's history mode, which says what the tool-call counts mean)."""
     header = (
         "class",
         "reqs",
@@ -75,20 +76,41 @@ def console_table(summary: Mapping[str, Any]) -> str:
             lines.append("  ".join("-" * w for w in widths))
     cancelled = summary["overall"].get("cancelled") or 0
     note = f"; reqs include {cancelled} cancelled when the run stopped" if cancelled else ""
-    return "\n".join(lines) + f"\n(latencies in ms{note})" + tool_line(summary["overall"])
+    return (
+        "\n".join(lines)
+        + f"\n(latencies in ms{note})"
+        + tool_line(summary["overall"], history)
+    )
 
 
-def tool_line(view: Mapping[str, Any]) -> str:
+def tool_calls_text(planned: int, returned: int, history: str) -> str:
+    """The tool-call counts in the words of the history mode.
+
+    Scripted history (the default) synthesizes the assistant's tool calls from the profile,
+    so the server is never asked for one and "0 returned" would read as a broken tool loop;
+    under `history: actual` the server must produce them, and the two counts are compared."""
+    if history == "actual":
+        return f"{planned:,} planned, {returned:,} returned by the server"
+    text = (
+        f"{planned:,} played from the profile; the server was not asked to produce them "
+        "(scripted history: use `history: actual` to test tool calling)"
+    )
+    if returned:
+        text += f"; it returned {returned:,} anyway"
+    return text
+
+
+def tool_line(view: Mapping[str, Any], history: str = "scripted") -> str:
     """'\ntool calls: 176 planned, 0 returned by the server; tool-loop failures: 22' (or '')."""
-    planned = view.get("tool_calls_planned", 0)
-    returned = view.get("tool_calls_returned", view.get("tool_calls", 0))
-    fails = view.get("tool_loop_failures", 0)
+    planned = int(view.get("tool_calls_planned", 0) or 0)
+    returned = int(view.get("tool_calls_returned", view.get("tool_calls", 0)) or 0)
+    fails = int(view.get("tool_loop_failures", 0) or 0)
     if not (planned or returned or fails):
         return ""
-    return (
-        f"\ntool calls: {planned} planned, {returned} returned by the server; "
-        f"tool-loop failures: {fails}"
-    )
+    line = f"\ntool calls: {tool_calls_text(planned, returned, history)}"
+    if history == "actual" or fails:
+        line += f"; tool-loop failures: {fails:,}"
+    return line
 
 
 def _r(x: float | None, nd: int = 1) -> float | str:

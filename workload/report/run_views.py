@@ -12,6 +12,7 @@ from typing import Any
 from workload.analyze.run_shape import argv_words
 from workload.analyze.rundata import RunData
 from workload.observe.fingerprint import flatten_fingerprint
+from workload.report.console import tool_calls_text
 from workload.report.views import dig, fmt_count, fmt_ms, fmt_num, fmt_pct, fmt_value
 
 EXIT_MEANING = {
@@ -186,7 +187,22 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         "tool_calls_planned": fmt_count(ov.get("tool_calls_planned")),
         "tool_calls_returned": fmt_count(ov.get("tool_calls_returned", ov.get("tool_calls"))),
         "tool_loop_failures": fmt_count(ov.get("tool_loop_failures")),
+        "tool_calls_text": tool_calls_text(
+            _int(ov.get("tool_calls_planned")),
+            _int(ov.get("tool_calls_returned", ov.get("tool_calls"))),
+            history_mode(run),
+        ),
     }
+
+
+def _int(x: Any) -> int:
+    return int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else 0
+
+
+def history_mode(run: Mapping[str, Any]) -> str:
+    """The profile's history mode ('scripted', the default, or 'actual') from run.json."""
+    mode = dig(run, "profile", "history")
+    return mode if mode in ("scripted", "actual") else "scripted"
 
 
 def health_warning(run: Mapping[str, Any]) -> str:

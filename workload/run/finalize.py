@@ -144,7 +144,7 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
         write_run_report(out)
     except Exception as e:  # noqa: BLE001 - the report must never lose the measurements
         log.warning("agentload: report.html not written: %s", e)
-    _print_console(summary, spec_check, load, slo_results)
+    _print_console(summary, spec_check, load, slo_results, spec.profile.history)
     m.last_line = last_line(code, why, out)
     if not m.defer_last_line:
         print(m.last_line, flush=True)
@@ -189,9 +189,10 @@ def _print_console(
     spec_check: dict[str, Any] | None,
     load: dict[str, Any],
     slo_results: list[Any],
+    history: str = "scripted",
 ) -> None:
     """The console's table, spec-decode, stage/arrival/trace lines and each SLO's result."""
-    print(console_table(summary), flush=True)
+    print(console_table(summary, history), flush=True)
     if spec_check and spec_check["draft_tokens"]["server"]:
         print(_spec_line(spec_check), flush=True)
 
