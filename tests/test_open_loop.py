@@ -349,3 +349,44 @@ def test_stages_shape_ticks_from_the_runs_t0():
 
 def test_rate_stages_shape_keeps_the_closed_users_until_the_end():
     _in_a_fresh_process("_check_rate_stages_shape_keeps_the_closed_users_until_the_end")
+
+
+def _sessions(late_s: list[float]) -> list[dict]:
+    return [{"t_scheduled": 100.0 + i, "t_start": 100.0 + i + x} for i, x in enumerate(late_s)]
+
+
+def test_one_late_start_of_ten_is_a_note_not_a_warning():
+    """Issue 30 item 4: 10 due, 10 started, 0 dropped, 1 > 250 ms late: the p99 of ten
+    samples is their maximum, so this is a note with what to do, never the loud warning."""
+    a = arrival_summary(_sessions([0.01] * 9 + [0.261]), [])
+    assert (a["scheduled"], a["started"], a["dropped"], a["delayed"]) == (10, 10, 0, 1)
+    assert not a["fell_behind"] and a["lateness_verdict"] == "note"
+    lines = arrival_lines(a)
+    assert not any("FELL BEHIND" in line or "WARNING" in line for line in lines)
+    assert lines[-1].startswith("note: 1 of 10 (10 %) sessions due started more than 250ms late")
+    assert "too few to say" in lines[-1] and "add --workers" in lines[-1]
+
+
+def test_late_share_above_the_threshold_with_enough_sessions_falls_behind():
+    # 40 due, 3 late (7.5 % > 5 %): behind; 40 due, 2 late (5 %): a note
+    a = arrival_summary(_sessions([0.01] * 37 + [0.4] * 3), [])
+    assert a["fell_behind"] and "3 of 40 (8 %) sessions due started more than 250ms" in (
+        a["lateness_why"]
+    )
+    assert "FELL BEHIND" in arrival_lines(a)[-1] and "3 of 40" in arrival_lines(a)[-1]
+    b = arrival_summary(_sessions([0.01] * 38 + [0.4] * 2), [])
+    assert not b["fell_behind"] and b["lateness_verdict"] == "note"
+
+
+def test_lateness_drifting_up_falls_behind_even_below_the_tolerance():
+    drift = [0.01 * i for i in range(18)]  # 0 -> 170 ms, no start past 250 ms
+    a = arrival_summary(_sessions(drift), [])
+    assert a["delayed"] == 0 and a["fell_behind"] and "kept growing" in a["lateness_why"]
+    flat = arrival_summary(_sessions([0.15, 0.01, 0.12] * 6), [])
+    assert flat["lateness_verdict"] == "on time" and not flat["fell_behind"]
+
+
+def test_drops_beyond_the_share_fall_behind_whatever_the_count():
+    dropped = [{"t_scheduled": 200.0, "reason": "dropped at max_in_flight"}]
+    a = arrival_summary(_sessions([0.0] * 9), dropped)
+    assert a["fell_behind"] and a["lateness_why"] == "1 of 10 (10 %) sessions due were never started"

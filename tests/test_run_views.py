@@ -328,3 +328,15 @@ def test_headline_tool_calls_in_the_words_of_the_history_mode(tmp_path):
     assert "played from the profile" in h["tool_calls_text"]
     assert "returned by the server" not in h["tool_calls_text"]
     assert "history: actual" in h["tool_calls_text"]
+
+
+def test_headline_lateness_note_is_yellow_not_the_red_banner(tmp_path):
+    """A few late starts on too few sessions: a note in the headline (item 4 of issue 30)."""
+    data = load_run(write_run(tmp_path / "ol"))
+    note = {"scheduled": 10, "started": 10, "dropped": 0, "delayed": 1, "fell_behind": False,
+            "lateness_verdict": "note", "lateness_why": "1 of 10 (10 %) sessions due started "
+            "more than 250ms late (max 261ms): too few to say"}  # fmt: skip
+    h = headline(data, dict(run_summary(data), arrivals=note))
+    assert h["ok"] and h["warn"] == "" and not h["arrivals_loud"]
+    assert h["arrivals_note"].startswith("1 of 10 (10 %) sessions due started more than 250ms")
+    assert "add --workers" in h["arrivals_note"]

@@ -163,6 +163,7 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         "goodput_line": goodput_line(summary, has_slos=bool(slos or run.get("slos"))),
         "arrivals": arrivals_line(summary.get("arrivals")),
         "arrivals_loud": bool((summary.get("arrivals") or {}).get("fell_behind")),
+        "arrivals_note": arrivals_note(summary.get("arrivals")),
         "slo_met": status["met"],
         "slo_violated": status["violated"],
         "slo_not_judged": status["not judged"],
@@ -264,11 +265,22 @@ def arrivals_line(a: Mapping[str, Any] | None) -> str:
         f"p99 {_s(a.get('p99_s'))} · max {_s(a.get('max_s'))}"
     )
     if a.get("fell_behind"):
+        why = f" ({a['lateness_why']})" if isinstance(a.get("lateness_why"), str) else ""
         text = (
-            "THE LOAD GENERATOR FELL BEHIND its arrival schedule: the server saw less load "
-            "than asked (raise --max-in-flight, add --workers or lower the rate). " + text
+            f"THE LOAD GENERATOR FELL BEHIND its arrival schedule{why}: the server saw less "
+            "load than asked (raise --max-in-flight, add --workers or lower the rate). " + text
         )
     return text
+
+
+def arrivals_note(a: Mapping[str, Any] | None) -> str:
+    """A few late starts, too few to say the generator fell behind: a note, not an alarm."""
+    if not isinstance(a, Mapping) or a.get("fell_behind") or a.get("lateness_verdict") != "note":
+        return ""
+    why = a.get("lateness_why")
+    if not isinstance(why, str) or not why:
+        return ""
+    return f"{why}; if a longer run shows more, add --workers or lower the rate"
 
 
 def stop_line(run: Mapping[str, Any]) -> str:
