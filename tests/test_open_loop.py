@@ -8,7 +8,7 @@ import json
 import pytest
 
 from workload.errors import UsageError
-from workload.locust.open_loop import Arrival, StreamDriver
+from workload.locust.open_loop import Arrival, OpenLoop, StreamDriver
 from workload.plan.arrivals import ArrivalSchedule, ArrivalSpec
 from workload.plan.load_model import (
     ClassPicker,
@@ -19,6 +19,7 @@ from workload.plan.load_model import (
     streams,
 )
 from workload.plan.loading import load_profile
+from workload.plan.traces import TraceSchedule
 from workload.run.load_summary import arrival_lines, arrival_summary, stage_summary
 from workload.run.spec import resolve_spec
 
@@ -390,3 +391,24 @@ def test_drops_beyond_the_share_fall_behind_whatever_the_count():
     dropped = [{"t_scheduled": 200.0, "reason": "dropped at max_in_flight"}]
     a = arrival_summary(_sessions([0.0] * 9), dropped)
     assert a["fell_behind"] and a["lateness_why"] == "1 of 10 (10 %) sessions due were never started"
+
+
+def test_the_console_can_say_when_the_next_arrival_is_due():
+    """Issue 30 item 5: before a late first arrival the progress line said only "reqs 0"."""
+    clock = FakeClock()
+    seen: list[float] = []
+    ol = OpenLoop(rt=None)
+    d = StreamDriver(
+        Stream("trace", ArrivalSpec(rate_per_s=1.0), {"trace": 1.0}),
+        seed=1, worker=0, n_workers=1, t0=clock(),
+        start=lambda a, done: done(), drop=lambda a, why: None,
+        clock=clock, schedule=TraceSchedule([12.0, 20.0]),
+        sleep=lambda s: (seen.append(ol.next_arrival_in(clock())), clock.sleep(s)),
+    )  # fmt: skip
+    ol.drivers.append(d)
+    d.run()
+    assert seen == [12.0, 8.0] and d.next_due is None
+    assert ol.next_arrival_in(clock()) is None  # nothing left to arrive
+    d.next_due = clock() + 5.0
+    ol.sessions = [object()]  # a session running: it is not idle
+    assert ol.next_arrival_in(clock()) is None

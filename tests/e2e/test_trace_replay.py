@@ -68,3 +68,23 @@ def test_bad_line_stop_names_file_and_line(tmp_path: Path) -> None:
     p = replay(tmp_path / "b", bad, "--on-bad-line", "stop")
     assert p.returncode == EXIT_BAD_INPUT
     assert f"{bad}:2:" in p.stderr and p.stderr.count("\n") == 1
+
+
+def test_a_run_directory_replays_with_its_prefix_reuse(tmp_path: Path) -> None:
+    """Issue 30 item 5: `run --trace runs/A` sent prompts that shared nothing (0 % cached
+    against the run's 80-90 %), under a banner naming the profile and seed."""
+    p = agentload(
+        "run", "--profile", "quickstart", "--duration", "8s", "--sim-preset", "fast",
+        "--out", str(tmp_path / "a"), timeout=90,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    a = json.loads((tmp_path / "a" / "run.json").read_text())["summary"]["overall"]
+    p = replay(tmp_path / "b", tmp_path / "a", "--speedup", "4")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "prefix reuse kept: prompts re-planned from run.json" in p.stdout
+    banner = next(line for line in p.stdout.splitlines() if line.startswith("agentload: run "))
+    assert f"replay of {tmp_path / 'a'}" in banner and "profile" not in banner
+    b = json.loads((tmp_path / "b" / "run.json").read_text())["summary"]
+    assert b["trace"]["ideal_hit_ratio"]["infinite_tokens"] > 0.3
+    # 512-token blocks lose the part of a shared prefix that ends mid-block: most is kept.
+    assert b["overall"]["cached_ratio"] > 0.6 * a["cached_ratio"] > 0

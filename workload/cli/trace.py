@@ -25,7 +25,7 @@ from workload.plan.traces import (
     export_run_sessions,
     fit_profile,
     read_agent_trace,
-    read_trace,
+    read_trace_keeping_reuse,
     summarize,
     summarize_agents,
     write_agent_trace,
@@ -165,7 +165,7 @@ def _import_agents(args: argparse.Namespace, fmt: str) -> int:
 
 
 def _read(args: argparse.Namespace, fmt: str):  # type: ignore[no-untyped-def]
-    trace = read_trace(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
+    trace = read_trace_keeping_reuse(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
     _report_bad(trace)
     if not trace.requests:
         raise UsageError(f"{args.file}: no readable requests")
@@ -181,6 +181,8 @@ def _run(argv: list[str]) -> int:
 
         trace = _read(args, fmt)
         print("\n".join(_summary_lines(summarize(trace))))
+        if trace.reuse:
+            print(f"reuse     {trace.reuse}")
         if args.out:
             n = write_trace(trace, args.out)
             print(f"wrote     {n} requests to {args.out}")

@@ -108,6 +108,7 @@ class StreamDriver:
         self.due = 0  # sessions whose time came
         self.started = 0
         self.dropped = 0
+        self.next_due: float | None = None  # when the next session is due (epoch s), if any
 
     def run(self) -> None:
         """Walk the schedule to its end (or until ``stop``)."""
@@ -115,12 +116,14 @@ class StreamDriver:
             self.worker, self.n_workers, self.until_s, self.segments
         ):
             due = self.t0 + offset
+            self.next_due = due
             wait = due - self.clock()
             if wait > 0:
                 self.sleep(wait)
             if self.stopped:
                 return
             self.arrive(Arrival(self.stream.name, k, self.picker(k), due))
+        self.next_due = None
 
     def arrive(self, a: Arrival) -> None:
         """Session ``a`` is due: start it, queue it, or drop it (the gate decides)."""
@@ -291,6 +294,15 @@ class OpenLoop:
                 "reason": reason,
             }
         )
+
+    def next_arrival_in(self, now: float) -> float | None:
+        """Seconds until the next session is due while none is running (the console says
+        so instead of a silent "reqs 0"); None when one is running or none is left."""
+        if len(self.sessions):
+            return None
+        dues = [d.next_due for d in self.drivers if d.next_due is not None and not d.stopped]
+        left = min(dues) - now if dues else 0.0
+        return left if left > 0.5 else None
 
     def stop(self) -> None:
         """Stop the schedules, cancel sessions in flight (they record themselves), close."""

@@ -130,7 +130,7 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
             print(
                 f"agentload: run {rt.run_id} -> {rt.out_dir}  "
                 f"target {redact_url(str(rt.target.get('url')))} model {sanitize(rt.model)}  "
-                f"profile {rt.profile.name}  seed {rt.seed}",
+                + _what_plays(rt),
                 flush=True,
             )
             if getattr(opts, "headless", False) and rt.spec.progress_interval > 0:
@@ -226,6 +226,14 @@ def _next_run(spec: Any, form_out: str, previous: AgentRuntime) -> Any:
     return spec.replace(run_id=run_id, out=out)
 
 
+def _what_plays(rt: AgentRuntime) -> str:
+    """The start banner's last words: the profile and seed, or the trace a replay plays
+    (whose traffic is the trace's, not the profile's)."""
+    if rt.spec.trace:
+        return f"replay of {sanitize(rt.spec.trace)}"
+    return f"profile {rt.profile.name}  seed {rt.seed}"
+
+
 def _progress_loop(rt: AgentRuntime) -> None:
     interval = rt.spec.progress_interval
     while True:
@@ -233,11 +241,18 @@ def _progress_loop(rt: AgentRuntime) -> None:
         users = rt.env.runner.user_count if rt.env.runner else 0
         if _open_loop(rt):  # one Locust user drives the arrivals: its count says nothing
             users = None
-        print(progress_line(rt.total, elapsed_s=_elapsed(rt), users=users), flush=True)
+        wait = rt.open_loop.next_arrival_in(time.time()) if rt.open_loop is not None else None
+        line = progress_line(rt.total, elapsed_s=_elapsed(rt), users=users)
+        if wait is not None:
+            line += f" | idle: next arrival in {wait:.0f}s"
+        print(line, flush=True)
 
 
 def _open_loop(rt: AgentRuntime) -> bool:
-    """Every session starts by an arrival process (no closed-loop class runs users)."""
+    """Every session starts by an arrival process (no closed-loop class runs users); a
+    trace replay plays the trace's arrivals."""
+    if rt.spec.trace:
+        return True
     stages = rt.spec.profile.run.stages
     rate_stages = bool(stages and getattr(stages[0], "arrival_rate", None) is not None)
     return (rate_stages or is_open_loop(rt.spec.profile)) and not closed_classes(rt.spec.profile)

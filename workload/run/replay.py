@@ -61,6 +61,8 @@ def trace_note(spec: RunSpec) -> str:
     )
     if info.bad_lines:
         line += f"; skipped {info.bad_lines} bad line(s), first {info.first_bad_line}"
+    if info.reuse:
+        line += f"; prefix reuse {info.reuse}"
     return line
 
 

@@ -42,7 +42,7 @@ from workload.plan.traces import (
     detect_any,
     planned_duration_s,
     read_agent_trace,
-    read_trace,
+    read_trace_keeping_reuse,
     session_starts,
 )
 from workload.run.options import BY_NAME, OPTIONS, check_duration, check_host
@@ -70,6 +70,7 @@ class TraceInfo:
     bad_lines: int
     first_bad_line: str | None
     sessions: int = 0  # an agent-session trace: its top-level sessions (0: a request trace)
+    reuse: str = ""  # a run directory: its prefix reuse kept, or why not (Trace.reuse)
 
 
 @dataclass(frozen=True)
@@ -367,6 +368,7 @@ def _trace_info(typed: Mapping[str, Any]) -> TraceInfo | None:
         duration_s=span + TRACE_TAIL_S,
         bad_lines=len(trace.bad_lines),
         first_bad_line=str(trace.bad_lines[0]) if trace.bad_lines else None,
+        reuse=trace.reuse,
     )
 
 
@@ -413,7 +415,7 @@ def read_run_trace(path: str, fmt: str, limit: int | None, on_bad_line: str) -> 
     """The trace file as `--trace` options name it; TraceError (file:line) when unreadable."""
     try:
         # on_bad_line: a str here, "skip" or "stop" (the option's choices)
-        trace = read_trace(path, fmt or "auto", limit=limit, on_bad_line=on_bad_line)  # type: ignore[arg-type]
+        trace = read_trace_keeping_reuse(path, fmt or "auto", limit=limit, on_bad_line=on_bad_line)  # type: ignore[arg-type]
     except TraceError as e:
         raise TraceError(f"--trace: {e}") from None
     if not trace.requests:

@@ -49,6 +49,7 @@ from workload.plan.traces._replay import (
     clip_request,
     fit_to_context,
 )
+from workload.plan.traces._rundir import read_trace_keeping_reuse
 from workload.plan.traces._schedule import detect_quantum, schedule
 
 __all__ = [
@@ -96,6 +97,7 @@ __all__ = [
     "hit_ratio",
     "parse_azure_timestamp",
     "read_trace",
+    "read_trace_keeping_reuse",
     "schedule",
     "shared_prefix_blocks",
     "summarize",

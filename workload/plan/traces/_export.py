@@ -124,6 +124,19 @@ def export_run(
     run_dir: str | Path, out_path: str | Path, *, tokenizer: Tokenizer | None = None
 ) -> ExportResult:
     """Write run_dir's requests as Mooncake JSONL (plus session_id) to out_path."""
+    out, res = replan_run(run_dir, tokenizer=tokenizer)
+    with open(out_path, "wb") as fh:
+        for line in out:
+            fh.write(orjson.dumps(line) + b"\n")
+    res.rows = len(out)
+    return res
+
+
+def replan_run(
+    run_dir: str | Path, *, tokenizer: Tokenizer | None = None
+) -> tuple[list[dict[str, Any]], ExportResult]:
+    """run_dir's requests re-planned as Mooncake rows (sorted by start, with session_id),
+    and what was checked or skipped. Raises TraceError when the run cannot be re-planned."""
     run_dir = Path(run_dir)
     planner, tok = _replanner(run_dir, tokenizer)
     res = ExportResult()
@@ -137,12 +150,7 @@ def export_run(
     for sid, rows in by_session.items():
         bodies += _replanned_bodies(planner, sid, rows, res)
     bodies.sort(key=lambda b: b[0])
-    out = _mooncake_rows(bodies, _Encoder(tok))
-    with open(out_path, "wb") as fh:
-        for line in out:
-            fh.write(orjson.dumps(line) + b"\n")
-    res.rows = len(out)
-    return res
+    return _mooncake_rows(bodies, _Encoder(tok)), res
 
 
 def _replanner(run_dir: Path, tokenizer: Tokenizer | None) -> tuple[SessionPlanner, Tokenizer]:

@@ -87,6 +87,8 @@ class Trace:
     format: str
     bad_lines: list[BadLine] = field(default_factory=list)
     block_tokens: int = BLOCK_TOKENS
+    # A run directory's prefix reuse: how it was kept, or why not ("" for other formats).
+    reuse: str = ""
 
     @property
     def duration_s(self) -> float:
