@@ -435,3 +435,32 @@ def test_real_busy_generator_still_stamps_when_the_bytes_arrived(server_factory)
     # the content went out 200 ms after the role chunk; its reads ran after about 850 ms
     assert 200 <= rec.ttft_ms < 600
     assert rec.e2e_ms < 600
+
+
+def test_real_server_closing_after_every_reply_loses_no_request(server_factory):
+    """Issue 30 item 13: a server that closes each keep-alive connection after its reply.
+    A request sent on such a socket before its FIN arrived never reached the server (closed
+    before response headers) and must be re-sent on a fresh connection, even when that
+    socket is the one the pool created last."""
+    import gevent
+
+
+    def reply_then_close(conn, head):
+        streaming(0.0)(conn, head)
+        time.sleep(0.05)  # the client's next request arrives meanwhile, and is never read
+        return False
+
+    srv = server_factory(reply_then_close)
+    client = Client(srv.url)
+
+    def user() -> list:
+        return [client.exchange(real_request()) for _ in range(15)]
+
+    jobs = [gevent.spawn(user) for _ in range(4)]
+    gevent.joinall(jobs, timeout=30)
+    client.close()
+    recs = [r for j in jobs for r in j.value]
+    assert len(recs) == 60
+    bad = [(r.error_kind, r.error_detail) for r in recs if not r.ok]
+    assert bad == []
+    assert len(srv.requests) == 60  # each reached the server exactly once

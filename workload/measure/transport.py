@@ -17,6 +17,7 @@ Tests inject a fake with the small :class:`Transport` protocol.
 from __future__ import annotations
 
 import errno
+import weakref
 import platform
 import socket as _socket
 import struct
@@ -154,14 +155,39 @@ def _make_pools() -> tuple[type[Any], type[Any]]:  # classes made here, after th
     from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 
     class _FreshMark:
-        """Remembers the socket it created last, so a reused keep-alive socket is recognised."""
+        """Marks each socket it creates as fresh until its first use, so a reused keep-alive
+        socket is recognised (also the one created last: one user's next request reuses
+        exactly that one, and a server that closes after each reply closes it)."""
 
-        last_created: Any = None
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.fresh: weakref.WeakSet[Any] = weakref.WeakSet()
 
         def _create_socket(self) -> Any:
             sock = super()._create_socket()  # type: ignore[misc]  # a mixin: the pool has it
-            self.last_created = sock
+            self.fresh.add(sock)
             return sock
+
+        def get_fresh_socket(self) -> Any:
+            """A new connection, never a pooled one: the re-send after a stale socket. The
+            same slot accounting as ConnectionPool.get_socket (geventhttpclient >= 2.3)."""
+            self._semaphore.acquire()  # type: ignore[attr-defined]  # the pool's own
+            try:
+                if self._closed:  # type: ignore[attr-defined]
+                    raise RuntimeError("connection pool closed")
+                sock = self._create_socket()
+            except BaseException:
+                self._semaphore.release()  # type: ignore[attr-defined]
+                raise
+            self.fresh.discard(sock)  # used right away
+            return sock
+
+        def first_use(self, sock: Any) -> bool:
+            """Whether this is the socket's first request (then a close is no stale socket)."""
+            if sock in self.fresh:
+                self.fresh.discard(sock)
+                return True
+            return False
 
     class Pool(_FreshMark, ConnectionPool):
         def _create_socket(self) -> Any:
@@ -410,7 +436,9 @@ def _response(r: Any) -> _GeventResponse:
 class GeventTransport:
     """Keep-alive connection pool over geventhttpclient; reads the raw response body."""
 
-    MAX_SEND_ATTEMPTS = 3  # a reused keep-alive socket the server closed meanwhile is retried
+    # A reused keep-alive socket the server closed meanwhile (nothing was read from it): the
+    # request never reached the server and is re-sent once, on a fresh connection.
+    MAX_SEND_ATTEMPTS = 2
 
     def __init__(
         self, base_url: str, *, connect_timeout_s: float = 10.0, concurrency: int = 1000
@@ -458,10 +486,10 @@ class GeventTransport:
         for attempt in range(self.MAX_SEND_ATTEMPTS):
             last = attempt == self.MAX_SEND_ATTEMPTS - 1
             try:
-                sock = pool.get_socket()
+                sock = pool.get_socket() if attempt == 0 else pool.get_fresh_socket()
             except (OSError, RuntimeError) as e:
                 raise TransportError("connect", repr(e)) from None
-            reused = sock is not pool.last_created
+            reused = attempt == 0 and not pool.first_use(sock)
             try:
                 sock.settimeout(read_timeout_s)
                 on_send()
@@ -489,6 +517,8 @@ class GeventTransport:
             except HTTPParseError as e:
                 raise TransportError("bad_response", f"not an HTTP response: {e}") from None
             except OSError as e:
+                if reused and not last and e.errno in (errno.EPIPE, errno.ECONNRESET):
+                    continue  # the server reset the stale socket instead of closing it
                 raise TransportError(
                     "stream_reset", f"connection lost before headers: {e!r}"
                 ) from None
