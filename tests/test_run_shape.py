@@ -86,3 +86,19 @@ def test_the_stages_finalize_writes_are_kept():
     problems: list[str] = []
     stages = {"shape": "stages", "stages": [{"index": 0, "users": 2, "start_s": 0, "end_s": 5}]}
     assert checked_run({"stages": stages}, problems)["stages"] == stages and problems == []
+
+
+def test_the_spec_decode_crosscheck_finalize_writes_is_no_wrong_type():
+    """Every report of a run against a server with spec-decode /metrics said "left out 4
+    wrong-typed fields: ...accepted_per_position.client is a list" on its first screen."""
+    from workload.observe.metrics import spec_decode_crosscheck
+
+    check = spec_decode_crosscheck(
+        {"accepted_tokens": 10, "draft_tokens": 30, "accepted_per_position": [6, 3, 1]},
+        {"spec_decode": {"accepted_tokens": 11, "draft_tokens": 33,
+                         "accepted_per_position": [7, 3, 1]}},
+    )  # fmt: skip
+    problems: list[str] = []
+    out = checked_run({"spec_decode_crosscheck": check}, problems)
+    assert problems == [] and out["spec_decode_crosscheck"] == check
+    assert checked_run({"spec_decode_crosscheck": None}, problems) and problems == []
