@@ -58,3 +58,29 @@ def test_scripted_history_says_the_tool_calls_were_played_not_asked_for():
     assert last.startswith("tool calls: 3 played from the profile")
     assert "not asked" in last and "history: actual" in last
     assert "tool-loop failures" not in last  # scripted history has no tool loop to fail
+
+
+def test_the_table_spells_out_its_abbreviations_once():
+    """Issue 30 item 7: acc.len, sess ok/fin and goodput req/sess were never explained."""
+    reqs, sessions = random_records(3, 20)
+    text = console_table(build(reqs, sessions).summary())
+    for word in ("sess ok/fin = sessions completed / finished",
+                 "acc.len = speculative-decoding acceptance length",
+                 "goodput req/sess = share of requests / sessions that met every SLO",
+                 "docs/metrics.md"):  # fmt: skip
+        assert text.count(word) == 1, word
+
+
+def test_the_spec_decode_line_says_what_the_numbers_are():
+    from workload.run.finalize import _spec_line
+
+    def check(c, s):
+        return {k: {"client": c, "server": s, "difference": s - c}
+                for k in ("accepted_tokens", "draft_tokens")}  # fmt: skip
+
+    line = _spec_line(check(4558, 4631))
+    assert line.startswith("spec decode (draft tokens accepted / proposed): the requests' own")
+    assert "the server counted 73 / 73 more: requests the run did not record" in line
+    assert "difference" not in line
+    assert "more" not in _spec_line(check(10, 10))
+    assert "per-request stats look wrong" in _spec_line(check(10, 5))

@@ -78,9 +78,19 @@ def console_table(summary: Mapping[str, Any], history: str = "scripted") -> str:
     note = f"; reqs include {cancelled} cancelled when the run stopped" if cancelled else ""
     return (
         "\n".join(lines)
-        + f"\n(latencies in ms{note})"
+        + f"\n(latencies in ms{note})\n{TABLE_KEY}"
         + tool_line(summary["overall"], history)
     )
+
+
+# The table's abbreviations, spelled out once under it (definitions: docs/metrics.md).
+TABLE_KEY = (
+    "key: sess ok/fin = sessions completed / finished; out tok/s = output tokens per second; "
+    "cached = share of prompt tokens served from the prefix cache;\n"
+    "     acc.len = speculative-decoding acceptance length (tokens per decoding step); "
+    "goodput req/sess = share of requests / sessions that met every SLO "
+    "(see docs/metrics.md)"
+)
 
 
 def tool_calls_text(planned: int, returned: int, history: str) -> str:

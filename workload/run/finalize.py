@@ -29,6 +29,7 @@ from workload.measure import artifacts, slo
 from workload.observe import metrics
 from workload.observe.safe import redact_url
 from workload.report.console import console_table
+from workload.run.short_run import explain_unjudged
 from workload.report.run_report import write_run_report
 from workload.run.load_summary import arrival_lines, load_summary, stage_lines
 from workload.run.reconcile import reconcile
@@ -87,6 +88,11 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
     summary = agg.summary()
     slos = m.slos
     slo_results, code, why, partial_reason = _outcome(spec, m, agg, summary)
+    explain_unjudged(
+        slo_results,
+        artifacts.read_records(out, "sessions"),
+        spec.duration_s or time.time() - m.started_wall,
+    )
 
     samples = metrics.read_samples(out / "metrics.jsonl")
     scrape = metrics.scrape_summary(samples) if samples else {"absent": ["/metrics (not scraped)"]}
@@ -200,7 +206,7 @@ def _print_console(
     for line in lines + trace_lines(summary.get("trace")):
         print(line, flush=True)
     for r in slo_results:
-        mark = "  PASS " if r.passed and r.judged else "  FAIL " if not r.passed else "  N/J  "
+        mark = "  PASS " if r.passed and r.judged else "  FAIL " if not r.passed else "  ---- "
         print(mark + r.message, flush=True)
 
 
@@ -291,11 +297,20 @@ def _spec_line(check: dict[str, Any]) -> str:
     def n(x: Any) -> str:
         return "-" if x is None else f"{x:.0f}"
 
-    return (
-        f"spec decode: requests report {n(acc['client'])} accepted / {n(dr['client'])} drafted; "
-        f"server /metrics delta {n(acc['server'])} / {n(dr['server'])} "
-        f"(difference {n(acc['difference'])} / {n(dr['difference'])})"
+    line = (
+        "spec decode (draft tokens accepted / proposed): the requests' own stats "
+        f"{n(acc['client'])} / {n(dr['client'])}, the server's /metrics counters "
+        f"{n(acc['server'])} / {n(dr['server'])}"
     )
+    d_acc, d_dr = acc["difference"], dr["difference"]
+    if d_acc or d_dr:
+        line += (
+            f" (the server counted {n(d_acc)} / {n(d_dr)} more: requests the run did not "
+            "record, e.g. cut off at its end, or other clients)"
+            if (d_acc or 0) >= 0 and (d_dr or 0) >= 0
+            else f" (server minus requests: {n(d_acc)} / {n(d_dr)}; per-request stats look wrong)"
+        )
+    return line
 
 
 def _redacted_target(target: dict[str, Any]) -> dict[str, Any]:
