@@ -197,6 +197,16 @@ def test_agents_tab_live_seed_from_form_and_restart(locust_web: LocustWeb, tmp_p
             assert page.locator("input[name=agentProfile]").input_value() == str(PROFILE)
             assert page.locator("input[name=seed]").input_value() == "3"
             assert "quickstart" in page.get_by_text("Agent Profile").first.inner_text()
+            # One profile field: Locust's own "Profile" (a run-grouping label) is hidden.
+            page.get_by_text("Advanced options").click()
+            page.locator("input[name=runTime]").wait_for()
+            assert page.locator("input[name=profile]").is_hidden()
+            profile_labels = page.evaluate(
+                """() => [...document.querySelectorAll('label')]
+                    .filter(l => l.offsetParent !== null && /\\bProfile\\b/.test(l.textContent))
+                    .map(l => l.textContent.trim().split(' (')[0])"""
+            )
+            assert profile_labels == ["Agent Profile"]
 
             _start_from_form(page, seed="7")
             page.get_by_role("tab", name="Agents").click()

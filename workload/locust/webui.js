@@ -1,6 +1,7 @@
 // agentload in Locust's web UI (served by workload/locust/webui.py, no outside fetch):
 // folds each class's step rows in the "Agents" table (collapsed by default; click the
-// class row), and draws the "Agent charts" tab from /agentload/history.
+// class row), draws the "Agent charts" tab from /agentload/history, and hides Locust's own
+// "Profile" field of the start form (agentload's is "Agent Profile").
 // Locust's React UI owns the tables: we only set data-* attributes on its rows (styled by
 // the sheet below) and put our charts inside the charts tab's one empty cell.
 (function () {
@@ -213,9 +214,20 @@
     return fig;
   }
 
+  // Locust's start form has its own "Profile" (a label that groups test runs) beside
+  // agentload's "Agent Profile": two profile fields read as one too many. Hide Locust's
+  // (its --profile still works on the command line); the form then has one profile field.
+  function hideLocustProfile() {
+    for (const input of document.querySelectorAll('input[name="profile"]')) {
+      const box = input.closest(".MuiAutocomplete-root") || input.closest(".MuiFormControl-root");
+      if (box && box.style.display !== "none") box.style.display = "none";
+    }
+  }
+
   let queued = false;
   function apply() {
     queued = false;
+    hideLocustProfile();
     fold();
     refreshCharts();
   }
