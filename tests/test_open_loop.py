@@ -371,8 +371,9 @@ def test_one_late_start_of_ten_is_a_note_not_a_warning():
 def test_late_share_above_the_threshold_with_enough_sessions_falls_behind():
     # 40 due, 3 late (7.5 % > 5 %): behind; 40 due, 2 late (5 %): a note
     a = arrival_summary(_sessions([0.01] * 37 + [0.4] * 3), [])
-    assert a["fell_behind"] and "3 of 40 (8 %) sessions due started more than 250ms" in (
-        a["lateness_why"]
+    assert (
+        a["fell_behind"]
+        and "3 of 40 (8 %) sessions due started more than 250ms" in (a["lateness_why"])
     )
     assert "FELL BEHIND" in arrival_lines(a)[-1] and "3 of 40" in arrival_lines(a)[-1]
     b = arrival_summary(_sessions([0.01] * 38 + [0.4] * 2), [])
@@ -390,7 +391,9 @@ def test_lateness_drifting_up_falls_behind_even_below_the_tolerance():
 def test_drops_beyond_the_share_fall_behind_whatever_the_count():
     dropped = [{"t_scheduled": 200.0, "reason": "dropped at max_in_flight"}]
     a = arrival_summary(_sessions([0.0] * 9), dropped)
-    assert a["fell_behind"] and a["lateness_why"] == "1 of 10 (10 %) sessions due were never started"
+    assert (
+        a["fell_behind"] and a["lateness_why"] == "1 of 10 (10 %) sessions due were never started"
+    )
 
 
 def test_the_console_can_say_when_the_next_arrival_is_due():

@@ -340,3 +340,14 @@ def test_headline_lateness_note_is_yellow_not_the_red_banner(tmp_path):
     assert h["ok"] and h["warn"] == "" and not h["arrivals_loud"]
     assert h["arrivals_note"].startswith("1 of 10 (10 %) sessions due started more than 250ms")
     assert "add --workers" in h["arrivals_note"]
+
+
+def test_a_not_judged_slo_in_the_report_says_what_the_run_lacked():
+    r = {"class_name": "coding-agent", "metric": "session_success_ratio", "observed": None,
+         "threshold": 0.95, "passed": True, "judged": False, "status": "not judged",
+         "message": "coding-agent: session_success_ratio not judged (no samples): no "
+                    "coding-agent session finished in this 20s run; ... --duration 5m or more"}  # fmt: skip
+    assert slo_text(r) == (
+        "coding-agent session_success_ratio: no samples, not judged — no coding-agent session "
+        "finished in this 20s run; ... --duration 5m or more"
+    )

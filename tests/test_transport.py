@@ -444,7 +444,6 @@ def test_real_server_closing_after_every_reply_loses_no_request(server_factory):
     socket is the one the pool created last."""
     import gevent
 
-
     def reply_then_close(conn, head):
         streaming(0.0)(conn, head)
         time.sleep(0.05)  # the client's next request arrives meanwhile, and is never read

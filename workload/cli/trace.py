@@ -165,7 +165,9 @@ def _import_agents(args: argparse.Namespace, fmt: str) -> int:
 
 
 def _read(args: argparse.Namespace, fmt: str):  # type: ignore[no-untyped-def]
-    trace = read_trace_keeping_reuse(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
+    trace = read_trace_keeping_reuse(
+        args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line
+    )
     _report_bad(trace)
     if not trace.requests:
         raise UsageError(f"{args.file}: no readable requests")

@@ -17,11 +17,11 @@ Tests inject a fake with the small :class:`Transport` protocol.
 from __future__ import annotations
 
 import errno
-import weakref
 import platform
 import socket as _socket
 import struct
 import sys
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from time import monotonic as _monotonic

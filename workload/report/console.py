@@ -103,7 +103,7 @@ def tool_calls_text(planned: int, returned: int, history: str) -> str:
         return f"{planned:,} planned, {returned:,} returned by the server"
     text = (
         f"{planned:,} played from the profile; the server was not asked to produce them "
-        "(scripted history: use `history: actual` to test tool calling)"
+        "(scripted history; set history: actual in the profile to test tool calling)"
     )
     if returned:
         text += f"; it returned {returned:,} anyway"

@@ -72,7 +72,14 @@ def slo_text(r: Mapping[str, Any]) -> str:
     if obs is None:
         if slo_status(r) == "violated":  # --require-slo-samples: no samples fails
             return f"{cls} {r.get('metric')}: no samples (required)"
-        return f"{cls} {r.get('metric')}: no samples, not judged"
+        # the run's own reason (workload.run.short_run): what was missing, the run it needs
+        msg = r.get("message")
+        why = (
+            msg.split("(no samples): ", 1)[1]
+            if isinstance(msg, str) and "(no samples): " in msg
+            else ""
+        )
+        return f"{cls} {r.get('metric')}: no samples, not judged" + (f" — {why}" if why else "")
     broke = ">" if bound == "<=" else "<"
     held = "≤" if bound == "<=" else "≥"
     op = held if slo_status(r) == "met" else broke

@@ -29,11 +29,11 @@ from workload.measure import artifacts, slo
 from workload.observe import metrics
 from workload.observe.safe import redact_url
 from workload.report.console import console_table
-from workload.run.short_run import explain_unjudged
 from workload.report.run_report import write_run_report
 from workload.run.load_summary import arrival_lines, load_summary, stage_lines
 from workload.run.reconcile import reconcile
 from workload.run.replay import read_rows, trace_lines, trace_summary
+from workload.run.short_run import explain_unjudged
 from workload.stopping import exit_code_for_signal
 
 if TYPE_CHECKING:  # types only

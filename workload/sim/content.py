@@ -29,11 +29,13 @@ import orjson
 
 from workload.plan.tokens import get_tokenizer
 
-# Token ids the segment cache holds at most: ~10 bytes each with the text keys, so ~40 MiB.
-# Agent sessions resend their history every turn; this holds the histories of a few hundred
-# concurrent sessions. (Bounding entries instead let long one-off segments, e.g. 100k-token
-# documents, grow the process by ~10 MiB a minute, towards gigabytes.)
-CACHE_TOKENS = 4_000_000
+# Token ids the segment cache holds at most: ~9 bytes each with the text keys, so ~18 MiB
+# (measured: 4M ids held 36 MiB). Agent sessions resend their history every turn; this holds
+# the histories of ~100 concurrent 20k-token sessions. At 4M, a 30-minute 20-user soak was
+# still filling it after 24 minutes (+0.95 MiB/min over the last 15, docs/robustness.md).
+# (Bounding entries instead let long one-off segments, e.g. 100k-token documents, grow the
+# process by ~10 MiB a minute, towards gigabytes.)
+CACHE_TOKENS = 2_000_000
 
 _WORDS = [
     "the",
