@@ -195,12 +195,15 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         "tool_calls_planned": fmt_count(ov.get("tool_calls_planned")),
         "tool_calls_returned": fmt_count(ov.get("tool_calls_returned", ov.get("tool_calls"))),
         "tool_loop_failures": fmt_count(ov.get("tool_loop_failures")),
-        "tool_calls_text": tool_calls_text(
-            _int(ov.get("tool_calls_planned")),
-            _int(ov.get("tool_calls_returned", ov.get("tool_calls"))),
-            history_mode(run),
-        ),
+        "tool_calls_text": _tool_calls_text(ov, run),
     }
+
+
+def _tool_calls_text(ov: Mapping[str, Any], run: Mapping[str, Any]) -> str:
+    planned = _int(ov.get("tool_calls_planned"))
+    return tool_calls_text(
+        planned, _int(ov.get("tool_calls_returned", ov.get("tool_calls"))), history_mode(run)
+    )
 
 
 def _int(x: Any) -> int:

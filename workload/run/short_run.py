@@ -44,10 +44,13 @@ def session_length_s(sessions: Iterable[Mapping[str, Any]]) -> float | None:
     so far scaled by steps planned / steps done (None when none had done a step)."""
     est = []
     for s in sessions:
-        done, planned, ms = s.get("steps_done"), s.get("steps_planned"), s.get("duration_ms")
-        if not all(isinstance(x, (int, float)) for x in (done, planned, ms)):
+        vals = [s.get(k) for k in ("steps_done", "steps_planned", "duration_ms")]
+        if s.get("outcome") != "cancelled" or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals
+        ):
             continue
-        if s.get("outcome") == "cancelled" and done and done > 0 and ms > 0:
+        done, planned, ms = (float(x) for x in vals)  # type: ignore[arg-type]  # numbers, checked
+        if done > 0 and ms > 0:
             est.append(ms / 1000.0 * planned / done)
     return statistics.median(est) if est else None
 
