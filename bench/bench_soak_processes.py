@@ -135,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     window = parse_duration(args.window)
 
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(ROOT) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
     tmp = None
     out = args.out
     if out is None:
@@ -167,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             procs = sample(run.pid)
             samples.append({"t": t, "procs": procs})
             row = "  ".join(
-                f"{k}: {v['rss'] / MiB:.1f} MiB {v['fds']:.0f} fds" for k, v in sorted(procs.items())
+                f"{k}: {v['rss'] / MiB:.1f} MiB {v['fds']:.0f} fds"
+                for k, v in sorted(procs.items())
             )
             print(f"{t:6.0f}s  {row}", flush=True)
             time.sleep(max(0.0, t0 + len(samples) * args.interval - time.monotonic()))
