@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm.server import SERVED_MODEL_NAME, ServerHttp, VllmServer
+from tests.vllm.server import SERVED_MODEL_NAME, ServerHttp, VllmServer, group_alive
 
 FOLDER = "vllm-shared"
 
@@ -101,18 +101,8 @@ def stop_shared(basetemp: Path, grace_s: float = 20.0) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pgid, signal.SIGTERM)  # the API server shuts its engine and worker down
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _alive(pgid):
+    while time.monotonic() < deadline and group_alive(pgid):
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
     info.unlink(missing_ok=True)
-
-
-def _alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
