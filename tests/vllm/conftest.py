@@ -11,6 +11,13 @@ Knobs (environment):
   AGENTLOAD_VLLM_LOG_DIR   keep the server log there (CI artifact) instead of a tmp dir
   AGENTLOAD_VLLM_URL       reuse a server already running with tests/vllm/server.py's
                            flags (local iteration only; its log via AGENTLOAD_VLLM_LOG)
+
+Under pytest-xdist the workers share one server (tests/vllm/shared.py): the
+first worker that needs it starts it, the others attach, and the controller
+stops it when the whole session ends (tests/conftest.py). Tests in this folder
+take a cross-worker lock for their duration, so they run one at a time as in a
+plain session -- several assert on the server's counters, which another
+worker's traffic would move.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from tests.vllm import shared
 from tests.vllm.server import SERVED_MODEL_NAME, ServerHttp, VllmServer, setup_problem
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,6 +70,13 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         if log_dir
         else tmp_path_factory.mktemp("vllm") / "server.log"
     )
+    share = shared.shared_dir(tmp_path_factory)
+    if share is not None:
+        try:
+            yield shared.attach_or_start(share, log)
+        except RuntimeError as e:
+            pytest.fail(f"real vLLM did not start: {e}", pytrace=False)
+        return  # the xdist controller stops the shared server at session end
     srv = VllmServer(log_path=log)
     t0 = time.monotonic()
     try:
@@ -74,6 +89,17 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(autouse=True)
+def _one_vllm_test_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under xdist, hold the cross-worker lock while a real-vLLM test runs (see module doc)."""
+    share = shared.shared_dir(tmp_path_factory)
+    if share is None:
+        yield
+        return
+    with shared.exclusive(share / "use.lock"):
+        yield
 
 
 def wait_idle(server: Any, timeout_s: float = 60.0) -> None:

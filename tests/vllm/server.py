@@ -204,7 +204,7 @@ class VllmServer(ServerHttp):
             os.killpg(pgid, signal.SIGTERM)
         # Children (engine core, worker) may outlive the leader briefly.
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and _group_alive(pgid):
+        while time.monotonic() < deadline and group_alive(pgid):
             time.sleep(0.2)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
@@ -220,7 +220,7 @@ class VllmServer(ServerHttp):
         return "\n".join(lines[-n:])
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from workload.errors import ProfileError, SimConfigError, TraceError, UsageError
 from workload.measure.artifacts import write_json
@@ -402,10 +402,7 @@ def is_agent_format(path: str, fmt: str) -> bool:
 
 def read_run_agent_trace(path: str, fmt: str, limit: int | None, on_bad_line: str) -> AgentTrace:
     """The agent-session trace as `--trace` options name it (--limit: sessions); TraceError."""
-    try:
-        trace = read_agent_trace(path, fmt or "auto", limit=limit, on_bad_line=on_bad_line)  # type: ignore[arg-type]
-    except TraceError as e:
-        raise TraceError(f"--trace: {e}") from None
+    trace = _read_as_option(read_agent_trace, path, fmt, limit, on_bad_line)
     if not trace.sessions:
         raise TraceError(f"--trace {path}: no readable rounds")
     return trace
@@ -413,14 +410,24 @@ def read_run_agent_trace(path: str, fmt: str, limit: int | None, on_bad_line: st
 
 def read_run_trace(path: str, fmt: str, limit: int | None, on_bad_line: str) -> Trace:
     """The trace file as `--trace` options name it; TraceError (file:line) when unreadable."""
-    try:
-        # on_bad_line: a str here, "skip" or "stop" (the option's choices)
-        trace = read_trace_keeping_reuse(path, fmt or "auto", limit=limit, on_bad_line=on_bad_line)  # type: ignore[arg-type]
-    except TraceError as e:
-        raise TraceError(f"--trace: {e}") from None
+    trace = _read_as_option(read_trace_keeping_reuse, path, fmt, limit, on_bad_line)
     if not trace.requests:
         raise TraceError(f"--trace {path}: no readable requests")
     return trace
+
+
+_T = TypeVar("_T")
+
+
+def _read_as_option(
+    reader: Callable[..., _T], path: str, fmt: str, limit: int | None, on_bad_line: str
+) -> _T:
+    """reader(path, ...) with its TraceError said as the `--trace` option's."""
+    try:
+        # on_bad_line: a str here, "skip" or "stop" (the option's choices)
+        return reader(path, fmt or "auto", limit=limit, on_bad_line=on_bad_line)
+    except TraceError as e:
+        raise TraceError(f"--trace: {e}") from None
 
 
 def _stages_total(profile: Profile) -> float | None:

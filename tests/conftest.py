@@ -1,0 +1,79 @@
+"""Session-wide hooks: how the suite is spread over pytest-xdist workers.
+
+* All tests that talk to the shared real vLLM server run on one worker, in a
+  row (tests/vllm/shared.py has why: one server start instead of one per
+  worker, and counters no other worker's traffic moves). xdist's own
+  ``--dist loadgroup`` would do this with ``xdist_group`` marks, but under
+  pytest 9.2 its grouping is a no-op (it renames ``item._nodeid``, which
+  pytest no longer reads), so the grouping is done here with xdist's
+  documented ``pytest_xdist_make_scheduler`` hook.
+* The longest units go out first (longest-processing-time-first), so no worker
+  starts a 3-minute test when the others are done.
+* The controller, which outlives every worker, stops the shared server.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.vllm.shared import stop_shared
+
+# Tests that use the session's shared vLLM server: one work unit, one worker.
+SHARED_VLLM_UNIT = "real-vllm-shared-server"
+# Tests that start servers of their own (no shared counters): a unit each, but sent early.
+OWN_SERVERS = ("tests/vllm/test_canary_real.py",)
+# The long end-to-end files (measured with --durations), sent before the short tests.
+LONG_FIRST = (
+    "tests/vllm/",
+    "tests/test_examples.py",
+    "tests/e2e/",
+)
+
+
+def _unit(nodeid: str) -> str:
+    if nodeid.startswith("tests/vllm/") and not nodeid.startswith(OWN_SERVERS):
+        return SHARED_VLLM_UNIT
+    return nodeid
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Long tests first; the order is the same on every worker (xdist checks it)."""
+
+    def rank(item: pytest.Item) -> int:
+        for i, prefix in enumerate(LONG_FIRST):
+            if item.nodeid.startswith(prefix):
+                return i
+        return len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable: within a rank, collection order
+
+
+try:  # pytest-xdist is a dev dependency; without it the suite runs in one process
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pragma: no cover
+    LoadScopeScheduling = None
+
+
+if LoadScopeScheduling is not None:
+
+    class _Scheduling(LoadScopeScheduling):  # type: ignore[misc,valid-type]
+        """xdist's load-by-scope scheduler with our units (one per test, but see _unit)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+        if config.getvalue("dist") != "load":
+            return None  # an explicit --dist keeps xdist's own
+        return _Scheduling(config, log)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a worker: the shared server outlives it
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is not None:
+        stop_shared(factory.getbasetemp())
