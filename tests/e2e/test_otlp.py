@@ -108,9 +108,14 @@ def check_spans(out: Path, got: Any) -> None:
         assert root["attributes"]["gen_ai.conversation.id"] == s["attributes"][
             "gen_ai.conversation.id"]  # fmt: skip
     ok = next(s for s in chats if s["attributes"]["agentload.status"] == "ok")
-    for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
-                "gen_ai.usage.cache_read.input_tokens", "gen_ai.response.time_to_first_chunk",
-                "agentload.spec_decode.accepted_tokens", "agentload.spec_decode.draft_tokens"):
+    for key in (
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+        "gen_ai.usage.cache_read.input_tokens",
+        "gen_ai.response.time_to_first_chunk",
+        "agentload.spec_decode.accepted_tokens",
+        "agentload.spec_decode.draft_tokens",
+    ):
         assert key in ok["attributes"], key  # fmt: skip
 
 
@@ -124,7 +129,8 @@ def test_a_run_exports_metrics_and_one_span_per_request(tmp_path: Path) -> None:
     check_against_the_run(tmp_path / "run", r.got)
     check_spans(tmp_path / "run", r.got)
     assert {p.resource["service.instance.id"] for p in r.got.points} == {
-        f"{json.loads((tmp_path / 'run' / 'run.json').read_text())['run_id']}/local"}
+        f"{json.loads((tmp_path / 'run' / 'run.json').read_text())['run_id']}/local"
+    }
 
 
 def test_with_two_workers_each_worker_exports_and_the_sums_match(tmp_path: Path) -> None:

@@ -207,6 +207,8 @@ class AgentRuntime:
         """Write, aggregate and report one finished attempt to Locust's stats."""
         rec.slo_met = (self.delta if self.role == "worker" else self.total).add_request(rec)
         self.live.requests_ended += 1
+        if rec.ok:
+            self.live.tokens.record(rec)  # gen_ai_client_token_usage (--metrics-port)
         if self.otel is not None:
             self.otel.request(rec)
         if self.writer is not None:
