@@ -102,12 +102,13 @@ def check_spans(out: Path, got: Any) -> None:
         r["request_id"] for r in reqs)  # fmt: skip
     roots = {s["span_id"]: s for s in got.spans if s["name"].startswith("invoke_agent")}
     assert len(roots) == len(sessions)
+    session_of = {r["request_id"]: r["session_id"] for r in reqs}
     for s in chats:
         root = roots[s["parent"]]
         assert root["trace_id"] == s["trace_id"]
-        assert root["attributes"]["gen_ai.conversation.id"] == s["attributes"][
-            "gen_ai.conversation.id"]  # fmt: skip
-    ok = next(s for s in chats if s["attributes"]["agentload.status"] == "ok")
+        assert root["attributes"]["gen_ai.conversation.id"] == session_of[
+            s["attributes"]["agentload.request_id"]]  # fmt: skip
+    ok = next(s for s in chats if "agentload.status" not in s["attributes"])  # ok: unsaid
     for key in (
         "gen_ai.usage.input_tokens",
         "gen_ai.usage.output_tokens",

@@ -2,10 +2,10 @@
 
 Each measuring process (the local one, or every worker) builds its own ``MeterProvider`` (a
 ``PeriodicExportingMetricReader``) and, with ``--otlp-traces``, a ``TracerProvider`` (a
-``BatchSpanProcessor``), never the global ones. The hot path only hands values to the SDK
-(``otlp_metrics``, ``otlp_traces``) from the hooks that count a finished request or session;
-collecting, encoding and sending run in the SDK's own threads (greenlets under Locust),
-batched. A process is one OpenTelemetry service instance (``service.instance.id`` =
+``BatchSpanProcessor``), never the global ones. The hooks that count a finished request or
+session add to a tally (``otlp_metrics``, read by the SDK at export time) and end spans
+(``otlp_traces``); collecting, encoding and sending run in the SDK's own threads (greenlets
+under Locust), batched. A process is one OpenTelemetry service instance (``service.instance.id`` =
 ``<run id>/<role><worker>``): a backend sums the workers, as Locust's master sums their stats.
 
 An endpoint that is down or refuses never fails or slows the run: the SDK's own log lines are
@@ -23,7 +23,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
 
@@ -31,16 +31,19 @@ from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExp
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
+    Metric,
     MetricExportResult,
     MetricsData,
     PeriodicExportingMetricReader,
+    ScopeMetrics,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.util.types import AttributeValue
 
-from workload.measure.otlp_metrics import Gauges, RunInstruments
+from workload.measure.otlp_metrics import Gauges, Tally
 from workload.measure.otlp_traces import SessionTracer
 from workload.measure.records import RequestRecord, SessionRecord
 
@@ -76,9 +79,21 @@ class ExportHealth(logging.Handler):
         self.reason = ""
         self.said = False
         self.giving_up = False  # set at the end once an export failed: drop, do not retry
+        self.said_full = False
+        self.closed = False
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self.closed:
+            return  # an export thread still retrying after the run's end: nothing more to say
         text = record.getMessage()
+        if text.startswith("Queue full"):  # BatchSpanProcessor: spans come faster than go out
+            if not self.said_full:
+                self.said_full = True
+                self.say(
+                    "agentload: OTLP span queue full: spans are being dropped (the export "
+                    "cannot keep up; --otlp-sample 0.1 traces a tenth of the sessions)"
+                )
+            return
         if not self.reason:
             self.reason = short_reason(text, self.endpoint)
         if record.levelno >= logging.ERROR and "export" in text.lower():
@@ -125,19 +140,39 @@ class _Spans(OTLPSpanExporter):
 
 
 class _Metrics(OTLPMetricExporter):
-    def __init__(self, health: ExportHealth, **kw: Any) -> None:
+    """The OTLP metric exporter, adding the tally's histograms to what the reader collected."""
+
+    def __init__(self, health: ExportHealth, tally: Tally, **kw: Any) -> None:
         super().__init__(**kw)
         self.health = health
+        self.tally = tally
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float | None = None, **kw: Any
     ) -> MetricExportResult:
         if self.health.giving_up:
             return MetricExportResult.FAILURE
+        metrics_data = with_metrics(metrics_data, self.tally.histograms())
         result = super().export(metrics_data, timeout_millis, **kw)
         if result is not MetricExportResult.SUCCESS:
             self.health.failure()
         return result
+
+
+def with_metrics(data: MetricsData, extra: list[Metric]) -> MetricsData:
+    """`data` with `extra` added to its agentload scope (the collection always has one: the
+    observable counters)."""
+    if not extra or not data.resource_metrics:
+        return data
+    first, *rest = data.resource_metrics
+    scopes = list(first.scope_metrics)
+    for i, sm in enumerate(scopes):
+        if sm.scope.name == SCOPE:
+            scopes[i] = replace(sm, metrics=[*sm.metrics, *extra])
+            break
+    else:
+        scopes.append(ScopeMetrics(InstrumentationScope(SCOPE), extra, ""))
+    return replace(data, resource_metrics=[replace(first, scope_metrics=scopes), *rest])
 
 
 def _server(target: str) -> dict[str, AttributeValue]:
@@ -156,18 +191,22 @@ class OtlpExport:
         self.settings = s
         self.health = ExportHealth(s.endpoint, say)
         sdk_log = logging.getLogger("opentelemetry")
+        for old in [h for h in sdk_log.handlers if isinstance(h, ExportHealth)]:
+            sdk_log.removeHandler(old)  # a previous test's (the web UI starts several)
         sdk_log.addHandler(self.health)
         sdk_log.propagate = False  # the SDK's retries and failures stay off the console
         resource = Resource.create({"service.name": "agentload", **s.resource})
         base: dict[str, AttributeValue] = {"gen_ai.provider.name": s.provider,
                                            "gen_ai.request.model": s.model,
                                            **_server(s.target)}  # fmt: skip
+        self.metrics = Tally(base)
+        exporter = _Metrics(self.health, self.metrics, endpoint=f"{s.endpoint}/v1/metrics",
+                            timeout=EXPORT_TIMEOUT_S)  # fmt: skip
         self.reader = PeriodicExportingMetricReader(
-            _Metrics(self.health, endpoint=f"{s.endpoint}/v1/metrics", timeout=EXPORT_TIMEOUT_S),
-            export_interval_millis=s.interval_s * 1000.0,
+            exporter, export_interval_millis=s.interval_s * 1000.0
         )
         self.meters = MeterProvider([self.reader], resource=resource, shutdown_on_exit=False)
-        self.metrics = RunInstruments(self.meters.get_meter(SCOPE), base, gauges)
+        self.metrics.register(self.meters.get_meter(SCOPE), gauges)
         self.tracers: TracerProvider | None = None
         self.spans: SessionTracer | None = None
         if s.traces:
@@ -176,10 +215,7 @@ class OtlpExport:
                 _Spans(self.health, endpoint=f"{s.endpoint}/v1/traces", timeout=EXPORT_TIMEOUT_S),
                 max_export_batch_size=SPAN_BATCH,
             ))  # fmt: skip
-            # spans also say gen_ai.system, the name older backends group GenAI spans by
-            self.spans = SessionTracer(self.tracers.get_tracer(SCOPE),
-                                       {**base, "gen_ai.system": s.provider}, s.seed,
-                                       s.sample)  # fmt: skip
+            self.spans = SessionTracer(self.tracers.get_tracer(SCOPE), base, s.seed, s.sample)
         self.closed = False
 
     # ---- the hooks (AgentRuntime / users.play) ------------------------------------------------
@@ -223,9 +259,8 @@ class OtlpExport:
             self.health.giving_up = True
             self.health.reason = self.health.reason or f"no answer within {CLOSE_TIMEOUT_S:g}s"
             self.health.failure()
-        sdk_log = logging.getLogger("opentelemetry")
-        sdk_log.removeHandler(self.health)
-        sdk_log.propagate = True
+        # the SDK's lines stay off the console for good: a thread may still be retrying
+        self.health.closed = True
 
     def _shutdown(self) -> None:
         if self.tracers is not None:
