@@ -111,6 +111,7 @@ def one_run(args: argparse.Namespace, exporter: bool) -> tuple[float, int, int]:
             scraper.start()
         if sink is not None:
             cmd += ["--otlp-endpoint", sink.url, "--otlp-traces",
+                    "--otlp-sample", str(args.otlp_sample),
                     "--otlp-interval", str(args.otlp_interval)]  # fmt: skip
         try:
             child = run_child(cmd, args.duration + 120)
@@ -180,8 +181,12 @@ def main() -> None:
     ap.add_argument(
         "--otlp",
         action="store_true",
-        help="'on' also exports OTLP metrics and traces (every session) to a sink",
+        help="'on' also exports OTLP metrics and traces to a sink",
     )
+    ap.add_argument(
+        "--otlp-sample", type=float, default=1.0,
+        help="with --otlp: share of sessions traced (default 1: all)",
+    )  # fmt: skip
     ap.add_argument(
         "--otlp-interval",
         type=float,
@@ -201,8 +206,8 @@ def main() -> None:
         return
     print(f"{args.users} users, {args.duration:g} s runs, server TTFT {args.ttft * 1000:g} ms, "
           f"ITL {args.itl * 1000:g} ms, {args.tokens} tokens; scrape every {args.scrape_s:g} s"
-          + (f"; on = Prometheus + OTLP (traces of every session, metrics every "
-             f"{args.otlp_interval:g} s)" if args.otlp else ""))  # fmt: skip
+          + (f"; on = Prometheus + OTLP (traces of {args.otlp_sample:.0%} of sessions, metrics "
+             f"every {args.otlp_interval:g} s)" if args.otlp else ""))  # fmt: skip
     print(f"{'pair':>4} {'exporter':>8} {'events':>8} {'scrapes':>7} {'CPU s / 1k events':>18}")
     off: list[float] = []
     on: list[float] = []
