@@ -27,8 +27,8 @@ def start_for(rt: Any) -> None:
               f"own (service.instance.id {spec.run_id}/worker<N>)", flush=True)  # fmt: skip
         return
     try:
-        # deferred: the optional `otel` extra (opentelemetry-sdk and its OTLP exporter, ~0.5 s
-        # of import) is loaded only by a run that exports
+        # a run that exports loads the OpenTelemetry SDK and its OTLP exporter (~0.5 s);
+        # deferred: the optional `otel` extra, imported only with --otlp-endpoint
         from workload.measure import otlp
     except ImportError as e:
         raise SetupError(

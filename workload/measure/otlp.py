@@ -47,6 +47,8 @@ from workload.measure.otlp_metrics import Gauges, Tally
 from workload.measure.otlp_traces import SessionTracer
 from workload.measure.records import RequestRecord, SessionRecord
 
+__all__ = ["ExportHealth", "Gauges", "OtlpExport", "OtlpSettings", "short_reason", "with_metrics"]
+
 SCOPE = "agentload"
 SPAN_BATCH = 64  # spans encoded per export: each encode runs on the measuring loop's thread
 CLOSE_TIMEOUT_S = 2.0  # the most the last export may add to the end of a run
