@@ -13,7 +13,8 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
+# with the otel extra: --otlp-endpoint (OpenTelemetry export) works in the image
+RUN pip install --no-cache-dir "$(echo /wheels/*.whl)[otel]" && rm -rf /wheels \
     && useradd --uid 10001 --create-home --shell /usr/sbin/nologin agentload \
     && mkdir -p /runs && chown agentload /runs
 # `locust -f /app/locustfiles/agents.py --master|--worker ...` for multi-pod runs

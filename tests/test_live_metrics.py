@@ -102,6 +102,30 @@ def test_live_counts_survive_the_report_and_add_up() -> None:
     assert value(got, "agentload_session_start_lateness_seconds_bucket", le="0.05") == 1
 
 
+def test_token_usage_is_a_genai_histogram_that_survives_the_report() -> None:
+    w0, w1 = LiveCounts(), LiveCounts()
+    for rec in requests("chat", 3, prompt_tokens=200, completion_tokens=4):
+        w0.tokens.record(rec)
+    w1.tokens.record(
+        RequestRecord(user_class="chat", prompt_tokens=70_000_000, completion_tokens=1)
+    )
+    total = LiveCounts()
+    for w in (LiveCounts.from_dict(w0.to_dict()), LiveCounts.from_dict(w1.to_dict())):
+        total.add(w)
+    got = exposition(Aggregate(), total)
+    name = "gen_ai_client_token_usage"
+    inp = {"gen_ai_token_type": "input", "agentload_class": "chat", "gen_ai_request_model": "m"}
+    out = {**inp, "gen_ai_token_type": "output"}
+    assert value(got, f"{name}_bucket", le="64.0", **inp) == 0
+    assert value(got, f"{name}_bucket", le="256.0", **inp) == 3  # 200 <= 256
+    assert value(got, f"{name}_bucket", le="67108864.0", **inp) == 3  # 70 M: above every bound
+    assert value(got, f"{name}_bucket", le="+Inf", **inp) == value(got, f"{name}_count", **inp) == 4
+    assert value(got, f"{name}_sum", **inp) == 3 * 200 + 70_000_000
+    assert value(got, f"{name}_bucket", le="1.0", **out) == 1  # 1 <= 1
+    assert value(got, f"{name}_bucket", le="4.0", **out) == 4
+    assert value(got, f"{name}_sum", **out) == 13
+
+
 def test_metric_names_follow_prometheus_conventions() -> None:
     names = metric_names()
     assert len(names) == len(set(names))
@@ -111,7 +135,7 @@ def test_metric_names_follow_prometheus_conventions() -> None:
         base = name.removesuffix("_total").removesuffix("_info")
         if kinds[base] == "counter":
             assert name.endswith("_total"), name
-        if kinds[base] == "histogram":
+        if kinds[base] == "histogram" and name != "gen_ai_client_token_usage":  # {token}: no unit
             assert name.endswith("_seconds"), name
     assert "gen_ai_server_time_to_first_token_seconds" in names
 

@@ -151,6 +151,7 @@ class _Runtime:
         self.sessions: list = []
         self.client = type("Client", (), {"exchange": lambda _, req: RequestRecord(step=1)})()
         self.live = LiveCounts()  # the /metrics counters play() keeps
+        self.otel = None  # no --otlp-endpoint
 
     def record_request(self, rec) -> None:
         self.requests.append(rec)

@@ -86,6 +86,7 @@ def counts_of(rt: Any) -> LiveCounts:
         requests_ended=live.requests_ended,
     )
     out.lateness.merge(live.lateness)
+    out.tokens.add(live.tokens)
     for driver in getattr(rt.open_loop, "drivers", None) or ():
         out.arrivals_due += driver.due
         out.arrivals_dropped += driver.dropped

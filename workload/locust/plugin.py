@@ -15,6 +15,7 @@ from workload import memtrace
 from workload.errors import EXIT_BAD_INPUT, AgentloadError, print_error
 from workload.locust import health, live, open_loop, run_clock, signals, warmup, webui, workers
 from workload.locust import options as options_mod
+from workload.locust import otel as otlp_export
 from workload.locust.load_shape import install_shape
 from workload.locust.options import form_changed, reresolve, spec_from_options
 from workload.locust.runtime import MSG_TRACE_DONE, MSG_USER_DONE, AgentRuntime, role_of
@@ -117,6 +118,7 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
         rt.prepare()
         if role == "worker":
             warmup.yield_to_loop()
+        otlp_export.start_for(rt)  # --otlp-endpoint: local and workers export, the master says so
         if role != "worker":
             open_loop.stamp_t0(rt)
         if role == "master":
@@ -329,6 +331,7 @@ def _on_quitting(environment: Any, **_kw: Any) -> None:
             environment.process_exit_code = EXIT_BAD_INPUT
         return
     code = _finish(rt)
+    otlp_export.stop(rt)  # the last export: after every session recorded itself, before any linger
     if stop.signum is not None or not environment.process_exit_code:
         environment.process_exit_code = code
     # the final counts for a last scrape (not after Ctrl-C: the operator wants out)

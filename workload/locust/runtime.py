@@ -69,6 +69,7 @@ class AgentRuntime:
         self.total = Aggregate()  # local & master: everything; worker: unused
         self.delta = Aggregate()  # worker: since the last report to the master
         self.live = LiveCounts()  # starts, in flight, lateness (workload.locust.live)
+        self.otel: Any = None  # --otlp-endpoint: workload.measure.otlp.OtlpExport (local/worker)
         self.user_counter = 0
         self.users_done = 0
         self.trace_done_count = 0  # processes that sent their whole share of a --trace
@@ -206,6 +207,10 @@ class AgentRuntime:
         """Write, aggregate and report one finished attempt to Locust's stats."""
         rec.slo_met = (self.delta if self.role == "worker" else self.total).add_request(rec)
         self.live.requests_ended += 1
+        if rec.ok:
+            self.live.tokens.record(rec)  # gen_ai_client_token_usage (--metrics-port)
+        if self.otel is not None:
+            self.otel.request(rec)
         if self.writer is not None:
             self.writer.requests.write(rec.to_json())
         if rec.status == STATUS_CANCELLED:
@@ -227,6 +232,8 @@ class AgentRuntime:
         self.live.sessions_ended += 1
         if srec.t_scheduled is not None:
             self.live.lateness.record_ms(max(0.0, srec.t_start - srec.t_scheduled) * 1000.0)
+        if self.otel is not None:
+            self.otel.session(srec)
         if self.writer is not None:
             self.writer.sessions.write(srec.to_json())
 
@@ -302,6 +309,9 @@ class AgentRuntime:
         return out
 
     def close(self) -> None:
+        if self.otel is not None:
+            self.otel.close()
+            self.otel = None
         self.pacer.close()
         self.stop_observers()
         if self.writer is not None:

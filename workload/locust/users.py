@@ -105,12 +105,13 @@ class AgentUser(User):
         play(rt, session)
 
 
-def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
+def play(rt: Any, session: Any, arrival: Any = None, parent: str | None = None) -> SessionRecord:
     """Drive one session to its end; record every attempt and the session.
 
     The work between requests runs when `rt.pacer` admits it (workload.locust.pacing).
 
-    ``arrival`` (open loop: a ``workload.locust.open_loop.Arrival``) adds its scheduled start.
+    ``arrival`` (open loop: a ``workload.locust.open_loop.Arrival``) adds its scheduled start;
+    ``parent``: the session id of the session that started this subagent one.
     """
     srec = SessionRecord(
         run_id=rt.run_id,
@@ -127,13 +128,19 @@ def play(rt: Any, session: Any, arrival: Any = None) -> SessionRecord:
     t0 = time.perf_counter_ns()
     children: dict[str, gevent.Greenlet] = {}  # subagent sessions running beside this one
     rt.live.sessions_started += 1
+    if rt.otel is not None:
+        rt.otel.session_started(session.session_id, session.class_name, srec.t_start, parent)
     try:
         while True:
             step = session.next_step()
             joins = _start_children(rt, session, children)
             if step is None:
                 break
+            t_wait = time.time()
             _pause(rt, step, joins, children)
+            if rt.otel is not None:  # the wait as a span of the session's trace
+                rt.otel.waited(session.session_id, t_wait, time.time(),
+                               float(step.tool_pause_s or 0.0), float(step.think_s or 0.0))  # fmt: skip
             req = step.request
             req.request_id = request_id_for(rt.seed, session.session_id, step.step, req.attempt)
             rt.live.requests_started += 1
@@ -193,14 +200,16 @@ def _start_children(rt: Any, session: Any, children: dict[str, gevent.Greenlet])
         return []
     starts, joins = due()
     for c in starts:
-        children[c.session.session_id] = gevent.spawn(_play_child, rt, c.session, c.delay_s)
+        children[c.session.session_id] = gevent.spawn(
+            _play_child, rt, c.session, c.delay_s, session.session_id
+        )
     return list(joins)
 
 
-def _play_child(rt: Any, session: Any, delay_s: float) -> None:
+def _play_child(rt: Any, session: Any, delay_s: float, parent: str) -> None:
     if delay_s > 0:
         gevent.sleep(delay_s)
-    play(rt, session)
+    play(rt, session, parent=parent)
 
 
 def _account(srec: SessionRecord, rec: RequestRecord) -> None:

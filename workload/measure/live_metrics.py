@@ -15,6 +15,7 @@ also exported under that name, mapped the standard way (dots to underscores, uni
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from workload.measure.histogram import SESSION_MAX_US, LatencyHistogram
-from workload.measure.records import SESSION_OUTCOMES
+from workload.measure.records import SESSION_OUTCOMES, RequestRecord
 from workload.measure.stats import Aggregate, View
 
 PREFIX = "agentload"
@@ -59,6 +60,9 @@ GENAI_DURATION_BUCKETS = (
 GENAI_TTFT_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
 )  # fmt: skip
+GENAI_TOKEN_BUCKETS = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)  # fmt: skip
 GENAI_TPOT_BUCKETS = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
 )  # fmt: skip
@@ -85,6 +89,35 @@ GENAI_HISTOGRAMS = (
 
 
 @dataclass(slots=True)
+class TokenUsage:
+    """Tokens per successful request by (class, input/output), in GENAI_TOKEN_BUCKETS: exact
+    integer counts (mergeable), for ``gen_ai.client.token.usage`` (the stats keep only sums)."""
+
+    series: dict[str, list[int]] = field(default_factory=dict)  # "class\tkind" -> counts + sum
+
+    def record(self, rec: RequestRecord) -> None:
+        for kind, n in (("input", rec.prompt_tokens), ("output", rec.completion_tokens)):
+            if n is not None:
+                key = f"{rec.user_class}\t{kind}"
+                row = self.series.get(key)
+                if row is None:
+                    row = self.series[key] = [0] * (len(GENAI_TOKEN_BUCKETS) + 2)
+                row[bisect_left(GENAI_TOKEN_BUCKETS, n)] += 1  # the first bound >= n
+                row[-1] += n
+
+    def add(self, other: TokenUsage) -> None:
+        for key, theirs in other.series.items():
+            mine = self.series.setdefault(key, [0] * len(theirs))
+            for i, x in enumerate(theirs):
+                mine[i] += x
+
+    def rows(self) -> Iterator[tuple[str, str, list[int]]]:
+        for key in sorted(self.series):
+            cls, _, kind = key.partition("\t")
+            yield cls, kind, self.series[key]
+
+
+@dataclass(slots=True)
 class LiveCounts:
     """What the stats aggregate does not hold: starts, arrivals, lateness (cumulative)."""
 
@@ -95,6 +128,7 @@ class LiveCounts:
     arrivals_due: int = 0  # open loop: sessions whose scheduled start came
     arrivals_dropped: int = 0  # open loop: dropped at max_in_flight or never started
     lateness: LatencyHistogram = field(default_factory=lambda: LatencyHistogram(SESSION_MAX_US))
+    tokens: TokenUsage = field(default_factory=TokenUsage)
 
     _INTS = (
         "sessions_started",
@@ -109,6 +143,7 @@ class LiveCounts:
         """JSON-able (a worker sends its cumulative counts with every report)."""
         out: dict[str, Any] = {k: getattr(self, k) for k in self._INTS}
         out["lateness"] = self.lateness.to_dict()
+        out["tokens"] = {k: list(v) for k, v in self.tokens.series.items()}
         return out
 
     @classmethod
@@ -118,6 +153,8 @@ class LiveCounts:
             setattr(live, k, int(d.get(k) or 0))
         if d.get("lateness"):
             live.lateness = LatencyHistogram.from_dict(d["lateness"])
+        for key, row in (d.get("tokens") or {}).items():
+            live.tokens.series[str(key)] = [int(x) for x in row]
         return live
 
     def add(self, other: LiveCounts) -> None:
@@ -125,6 +162,7 @@ class LiveCounts:
         for k in self._INTS:
             setattr(self, k, getattr(self, k) + getattr(other, k))
         self.lateness.merge(other.lateness)
+        self.tokens.add(other.tokens)
 
 
 @dataclass(slots=True)
@@ -311,6 +349,19 @@ def _genai(snap: Snapshot) -> Iterator[Metric]:
             if key in view.hists
         ]
         yield _histogram(name, text, views, labels, bounds)
+    usage = HistogramMetricFamily(
+        "gen_ai_client_token_usage", "GenAI: tokens per successful request (input / output)",
+        labels=["gen_ai_operation_name", "gen_ai_request_model", "agentload_class",
+                "gen_ai_token_type"],
+    )  # fmt: skip
+    for cls, kind, row in snap.live.tokens.rows():
+        cumulative, buckets = 0, []
+        for bound, n in zip(GENAI_TOKEN_BUCKETS, row, strict=False):
+            cumulative += n
+            buckets.append((_le(bound), float(cumulative)))
+        buckets.append(("+Inf", float(sum(row[:-1]))))
+        usage.add_metric(["chat", snap.model, cls, kind], buckets, sum_value=float(row[-1]))
+    yield usage
 
 
 def _histogram(

@@ -15,6 +15,7 @@ in `resolve_spec`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import re
 from collections.abc import Callable
@@ -179,6 +180,65 @@ def parse_listen(value: Any) -> str:
     return f"{host}:{port}"
 
 
+_OTLP_SIGNAL_PATHS = ("/v1/metrics", "/v1/traces")
+_OTLP_MODULES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")  # the otel extra
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def parse_otlp_endpoint(value: Any) -> str:
+    """'--otlp-endpoint URL' -> the OTLP/HTTP base URL (no trailing slash; a pasted signal path
+    such as /v1/traces is dropped: both signals go to their paths under it); '' = off."""
+    text = str(value or "").strip()
+    if not text:
+        return ""
+    try:
+        p = urlparse(text)
+        ok = p.scheme in ("http", "https") and bool(p.hostname) and not p.query
+        p.port  # noqa: B018 - a bad port raises here, not in the exporter's thread
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UsageError(
+            f"bad --otlp-endpoint {redact_url(text)!r}: use the collector's OTLP/HTTP base URL, "
+            "e.g. http://127.0.0.1:4318"
+        )
+    if "@" in p.netloc:
+        raise UsageError(
+            f"bad --otlp-endpoint {redact_url(text)!r}: credentials in the URL are not sent; "
+            "give headers in $OTEL_EXPORTER_OTLP_HEADERS (e.g. authorization=Bearer ...)"
+        )
+    missing = [m for m in _OTLP_MODULES if not _importable(m)]
+    if missing:
+        raise UsageError(
+            f"--otlp-endpoint needs the OpenTelemetry SDK ({missing[0]} is not installed): "
+            "pip install 'agentload[otel]'"
+        )
+    url = text.rstrip("/")
+    for suffix in _OTLP_SIGNAL_PATHS:
+        if url.endswith(suffix):
+            url = url[: -len(suffix)]
+    return url
+
+
+def _sample_ratio(value: Any) -> float:
+    text = str(value).strip()
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not 0 < x <= 1:
+        raise UsageError(
+            f"bad --otlp-sample {text!r}: the share of sessions traced, above 0 and at most 1"
+        )
+    return x
+
+
 def _max_error_ratio(value: Any) -> float | None:
     text = str(value).strip()
     if not text:
@@ -297,6 +357,22 @@ OPTIONS: tuple[Option, ...] = (
            "last scrape sees the final counts (default 0)",
            dest="metrics_linger", default="0", metavar="SECONDS",
            parse=lambda v: _number("--metrics-linger", positive=False)(v) or 0.0, canary=False),
+    Option("otlp_endpoint", ("--otlp-endpoint",),
+           "export the run's metrics with OpenTelemetry (OTLP/HTTP) to this collector, e.g. "
+           "http://127.0.0.1:4318 (each measuring process exports its own; needs "
+           "agentload[otel])",
+           metavar="URL", parse=parse_otlp_endpoint),
+    Option("otlp_traces", ("--otlp-traces",),
+           "with --otlp-endpoint: also one span per request under one span per agent session",
+           default=False, switch=True, parse=_flag),
+    Option("otlp_sample", ("--otlp-sample",),
+           "with --otlp-traces: trace this share of sessions, whole (chosen from the seed; "
+           "default 1)",
+           default="1", metavar="RATIO", parse=_sample_ratio),
+    Option("otlp_interval_s", ("--otlp-interval",),
+           "with --otlp-endpoint: seconds between metric exports (default 10)",
+           dest="otlp_interval", default="10", metavar="SECONDS",
+           parse=lambda v: _number("--otlp-interval", positive=True)(v) or 10.0),
     Option("max_error_ratio", ("--max-error-ratio",),
            "exit 1 above this error ratio (default: the profile's max_error_ratio)",
            parse=_max_error_ratio),

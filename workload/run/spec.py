@@ -128,6 +128,11 @@ class RunSpec:
     # --metrics-port: "HOST:PORT" the run's Prometheus endpoint listens on ("" = off).
     metrics_port: str = ""
     metrics_linger_s: float = 0.0
+    # --otlp-endpoint: the OTLP/HTTP base URL the measuring processes export to ("" = off).
+    otlp_endpoint: str = ""
+    otlp_traces: bool = False
+    otlp_sample: float = 1.0  # share of sessions traced (whole sessions, chosen from the seed)
+    otlp_interval_s: float = 10.0
     # The raw option values this was resolved from (the start form is compared with them).
     options: dict[str, RawValue] = field(default_factory=dict, compare=False)
 
@@ -320,7 +325,17 @@ def resolve_spec(
         trace_info=trace_info,
         metrics_port=typed["metrics_port"],
         metrics_linger_s=typed["metrics_linger_s"],
+        **_otlp(typed),
     )
+
+
+def _otlp(typed: Mapping[str, Any]) -> dict[str, Any]:
+    """The --otlp-* values; the trace options without what they need are refused."""
+    if typed["otlp_traces"] and not typed["otlp_endpoint"]:
+        raise UsageError("--otlp-traces needs --otlp-endpoint URL (the collector to send to)")
+    if typed["otlp_sample"] != 1.0 and not typed["otlp_traces"]:
+        raise UsageError("--otlp-sample chooses which sessions are traced: add --otlp-traces")
+    return {k: typed[k] for k in ("otlp_endpoint", "otlp_traces", "otlp_sample", "otlp_interval_s")}
 
 
 def _check_sim(typed: Mapping[str, Any]) -> None:
