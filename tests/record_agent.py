@@ -98,13 +98,16 @@ class WireClock(httpx2.HTTPTransport):
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         self.sent.append(time.time())
+        self.ended.append(float("nan"))
+        k = len(self.ended) - 1
         resp = super().handle_request(request)
         inner, ended = resp.stream, self.ended
 
         class _Stamped(httpx2.SyncByteStream):
             def __iter__(self) -> Any:
-                yield from inner  # type: ignore[misc]
-                ended.append(time.time())
+                for chunk in inner:  # type: ignore[attr-defined]
+                    ended[k] = time.time()  # the latest bytes read (a stream: its [DONE])
+                    yield chunk
 
             def close(self) -> None:
                 inner.close()  # type: ignore[attr-defined]

@@ -34,6 +34,10 @@ class Canon:
     def key(self) -> bytes:
         return orjson.dumps([self.role, self.text, self.name, self.tool_call_id, self.tool_calls])
 
+    def body(self) -> str:
+        """Its text and tool calls, as a model generates them (what completion tokens count)."""
+        return self.text + "".join(f"{n}({a})" for _, n, a in self.tool_calls)
+
     def render(self) -> str:
         """The text a tokenizer counts for it (a neutral template: role, text, calls)."""
         calls = "".join(f"\n{n}({a})" for _, n, a in self.tool_calls)

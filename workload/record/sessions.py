@@ -243,7 +243,7 @@ class SessionBook:
         if f.completion_tokens is not None:
             out = f.completion_tokens
         else:
-            out = self.count_text(f.answer.render()) if f.answer is not None else 0
+            out = self.count_text(f.answer.body()) if f.answer is not None else 0
         inp = max(1, inp)
         prefix = min(inp, round(reused * inp / local)) if local else 0
         return Round(
