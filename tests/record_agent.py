@@ -161,7 +161,10 @@ def run_agent(base_url: str, model: str, *, server_tools: bool = True, **client:
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "Weather and local time in Lisbon, please."},
     ]
-    plan: list[tuple[bool, list[str]]] = [(True, ["get_weather", "get_time"]), (False, ["get_weather"])]
+    plan: list[tuple[bool, list[str]]] = [
+        (True, ["get_weather", "get_time"]),
+        (False, ["get_weather"]),
+    ]
     with ThreadPoolExecutor(2) as pool:
         for k, (parallel, names) in enumerate(plan):
             extra: dict[str, Any] = {"tools": TOOLS, "temperature": 0}
@@ -220,7 +223,9 @@ class Tap:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
-    async def _pipe(self, r: asyncio.StreamReader, w: asyncio.StreamWriter, keep: bytearray) -> None:
+    async def _pipe(
+        self, r: asyncio.StreamReader, w: asyncio.StreamWriter, keep: bytearray
+    ) -> None:
         try:
             while data := await r.read(65536):
                 keep += data
@@ -283,7 +288,9 @@ class RecordProcess:
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if not line:
-                raise RuntimeError(f"agentload record exited: {self.proc.stderr.read() if self.proc.stderr else ''}")
+                raise RuntimeError(
+                    f"agentload record exited: {self.proc.stderr.read() if self.proc.stderr else ''}"
+                )
             self.lines.append(line)
             m = re.search(r"listening on (http://\S+)/v1 ", line)
             if m:

@@ -95,7 +95,9 @@ def test_answers_through_the_proxy_equal_the_direct_answers(tmp_path: Path) -> N
 
 
 # ------------------------------------------------------------------ robustness
-def test_an_unreachable_upstream_is_a_502_that_says_so_and_the_proxy_keeps_going(tmp_path: Path) -> None:
+def test_an_unreachable_upstream_is_a_502_that_says_so_and_the_proxy_keeps_going(
+    tmp_path: Path,
+) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
@@ -167,15 +169,21 @@ def fake_upstream():
     srv.server_close()
 
 
-def test_large_and_non_json_and_chunked_bodies_pass_untouched(fake_upstream, tmp_path: Path) -> None:
+def test_large_and_non_json_and_chunked_bodies_pass_untouched(
+    fake_upstream, tmp_path: Path
+) -> None:
     rec = _recorder(fake_upstream, tmp_path / "rec")
     host, port = "127.0.0.1", _port(rec.url)
-    big = json.dumps({"model": "m", "messages": [{"role": "user", "content": "y" * (6 << 20)}]}).encode()
+    big = json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "y" * (6 << 20)}]}
+    ).encode()
     binary = bytes(range(256)) * 4096
     try:
         for body in (big, binary):
             conn = http.client.HTTPConnection(host, port, timeout=30)
-            conn.request("POST", "/echo", body=body, headers={"content-type": "application/octet-stream"})
+            conn.request(
+                "POST", "/echo", body=body, headers={"content-type": "application/octet-stream"}
+            )
             got = json.loads(conn.getresponse().read())
             assert got == {"sha256": hashlib.sha256(body).hexdigest(), "n": len(body)}
             conn.close()
@@ -190,7 +198,9 @@ def test_large_and_non_json_and_chunked_bodies_pass_untouched(fake_upstream, tmp
     assert [e["bytes_in"] for e in ex][:2] == [len(big), len(binary)]
 
 
-def test_a_client_that_hangs_up_mid_stream_cancels_the_upstream_request(fake_upstream, tmp_path: Path) -> None:
+def test_a_client_that_hangs_up_mid_stream_cancels_the_upstream_request(
+    fake_upstream, tmp_path: Path
+) -> None:
     rec = _recorder(fake_upstream, tmp_path / "rec")
     s = socket.create_connection(("127.0.0.1", _port(rec.url)))
     s.sendall(b"POST /drip HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
@@ -236,7 +246,12 @@ def test_only_the_host_line_of_a_request_head_changes() -> None:
     out = replace_host(head, "up:9", "/v1/chat/completions")
     assert out == raw.replace(b"127.0.0.1:8100", b"up:9")
     up = parse_upstream("https://api.example.com/v1")
-    assert up is not None and (up.tls, up.port, up.prefix, up.host_header) == (True, 443, "", "api.example.com")
+    assert up is not None and (up.tls, up.port, up.prefix, up.host_header) == (
+        True,
+        443,
+        "",
+        "api.example.com",
+    )
     up = parse_upstream("http://h:8000/proxy/")
     assert up is not None and up.target("/v1/models") == "/proxy/v1/models"
     assert parse_upstream("ftp://h") is None and parse_upstream("localhost:8000") is None

@@ -36,7 +36,9 @@ def check_recorded_agent(rows: list[dict], run) -> list[float]:
     assert [r["round"] for r in rows] == [0, 1, 2, 3]
     assert len({r["session"] for r in rows}) == 1
     assert [(r["input_tokens"], r["output_tokens"]) for r in rows] == run.usage
-    assert [sorted(t["name"] for t in r["tools"]) for r in rows] == [sorted(x) for x in run.tools_per_round]
+    assert [sorted(t["name"] for t in r["tools"]) for r in rows] == [
+        sorted(x) for x in run.tools_per_round
+    ]
     assert [t["parallel"] for t in rows[0]["tools"]] == [0, 0]  # the pair, emitted together
     assert [(r["appended"]["tool_results"], r["appended"]["user_messages"]) for r in rows] == [
         (0, 1), (2, 0), (1, 0), (0, 1),
@@ -95,7 +97,9 @@ def test_an_sdk_agent_is_recorded_fitted_and_replayed(tmp_path: Path) -> None:
         errors += check_recorded_agent(rows, run)
     check_tool_latency(errors)
     firsts = [rows[0] for rows in sessions.values()]
-    assert firsts[0]["prefix_tokens"] == 0 and firsts[1]["prefix_tokens"] > 0  # shared system prompt
+    assert (
+        firsts[0]["prefix_tokens"] == 0 and firsts[1]["prefix_tokens"] > 0
+    )  # shared system prompt
     assert 0 < sessions[firsts[0]["session"]][1]["prefix_tokens"] < firsts[0]["input_tokens"] + 200
     summary = json.loads((tmp_path / "rec" / "summary.json").read_text())
     assert (summary["sessions"], summary["rounds"], summary["tool_calls"]) == (3, 12, 9)

@@ -176,7 +176,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "profiles": (cmd_profiles, "list | show NAME | validate FILE | schema"),
     "sim": (cmd_sim, "serve the embedded vLLM simulator"),
     "trace": (cmd_trace, "import | fit | export real request traces (Mooncake, Azure)"),
-    "record": (cmd_record, "a recording proxy: your own agents' sessions as an agent-session trace"),
+    "record": (cmd_record, "a recording proxy: your agents' traffic as an agent-session trace"),
 }
 
 

@@ -1,8 +1,8 @@
 """`agentload record`: put agentload between your agent and its server, get its sessions.
 
-    agentload record --upstream URL --out DIR [--port 8100] [--host 127.0.0.1]
-                     [--session-header X-Session-Id] [--keep-content] [--tokenizer tiktoken|server]
-                     [--subagents infer|off] [--overwrite]
+agentload record --upstream URL --out DIR [--port 8100] [--host 127.0.0.1]
+                 [--session-header X-Session-Id] [--keep-content] [--tokenizer tiktoken|server]
+                 [--subagents infer|off] [--overwrite]
 """
 
 from __future__ import annotations
@@ -22,14 +22,41 @@ def build_parser() -> ArgParser:
         description="A recording proxy for OpenAI-compatible servers: point your agent's base "
         "URL at it, work as usual, stop with Ctrl-C; DIR/trace.jsonl is an agent-session trace.",
     )
-    p.add_argument("--upstream", required=True, help="the server to forward to, e.g. http://127.0.0.1:8000")
-    p.add_argument("--out", required=True, help="recording directory (trace.jsonl, exchanges.jsonl, summary.json)")
+    p.add_argument(
+        "--upstream", required=True, help="the server to forward to, e.g. http://127.0.0.1:8000"
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="recording directory (trace.jsonl, exchanges.jsonl, summary.json)",
+    )
     p.add_argument("--port", default="8100", help="port to listen on (default 8100; 0: a free one)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--session-header", default="", help="request header naming the session (else the user field, else inferred)")
-    p.add_argument("--keep-content", action="store_true", help="also store request and response bodies (content.jsonl)")
-    p.add_argument("--tokenizer", default="tiktoken", help="counts tokens a response's usage lacks: tiktoken[:ENCODING] or server (the upstream's /tokenize)")
-    p.add_argument("--subagents", default="infer", choices=["infer", "off"], help="infer candidate subagent sessions (default) or not")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only)",
+    )
+    p.add_argument(
+        "--session-header",
+        default="",
+        help="request header naming the session (else the user field, else inferred)",
+    )
+    p.add_argument(
+        "--keep-content",
+        action="store_true",
+        help="also store request and response bodies (content.jsonl)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default="tiktoken",
+        help="counts tokens a response's usage lacks: tiktoken[:ENCODING] or server (the upstream's /tokenize)",
+    )
+    p.add_argument(
+        "--subagents",
+        default="infer",
+        choices=["infer", "off"],
+        help="infer candidate subagent sessions (default) or not",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace a recording already in --out")
     return p  # fmt: skip
 

@@ -28,7 +28,9 @@ class PromptBlocks:
         self._tokens: OrderedDict[bytes, array[int]] = OrderedDict()
         self._ids: dict[bytes, int] = {}
 
-    def tokens(self, units: Sequence[tuple[bytes, str]], lengths: list[int] | None = None) -> array[int]:
+    def tokens(
+        self, units: Sequence[tuple[bytes, str]], lengths: list[int] | None = None
+    ) -> array[int]:
         """The tokens of a prompt given as (key, text) units, each unit tokenized once
         (``lengths`` gets each unit's token count)."""
         out: array[int] = array("I")

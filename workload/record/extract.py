@@ -87,7 +87,7 @@ def _calls(raw: Any) -> tuple[tuple[str, str, str], ...]:
     for c in raw or ():
         if not isinstance(c, dict):
             continue
-        fn = c.get("function") if isinstance(c.get("function"), dict) else {}
+        fn: dict[str, Any] = c["function"] if isinstance(c.get("function"), dict) else {}
         out.append((str(c.get("id") or ""), str(fn.get("name") or ""), _text(fn.get("arguments"))))
     return tuple(out)
 
@@ -181,7 +181,11 @@ def _completion_answer(f: Facts, body: bytes, streamed: bool) -> None:
         for ev in _sse_events(body):
             _usage(f, ev.get("usage"))
             for ch in ev.get("choices") or ():
-                if isinstance(ch, dict) and ch.get("index", 0) == 0 and isinstance(ch.get("text"), str):
+                if (
+                    isinstance(ch, dict)
+                    and ch.get("index", 0) == 0
+                    and isinstance(ch.get("text"), str)
+                ):
                     parts.append(ch["text"])
         f.answer = Canon("assistant", "".join(parts))
     else:
@@ -208,9 +212,7 @@ def _responses_answer(f: Facts, body: bytes, streamed: bool) -> None:
             f.tool_calls.append((str(item.get("call_id") or ""), str(item.get("name") or "")))
 
 
-def read_exchange(
-    path: str, status: int, request: bytes, response: bytes, streamed: bool
-) -> Facts:
+def read_exchange(path: str, status: int, request: bytes, response: bytes, streamed: bool) -> Facts:
     """The facts of one exchange (``ok`` False with a ``problem`` when they cannot be read)."""
     kind = ROUND_PATHS.get(path.rstrip("/"), "other")
     f = Facts(kind=kind, ok=False)
@@ -229,7 +231,9 @@ def read_exchange(
     if kind == "chat":
         f.messages = [canon(m) for m in req.get("messages") or ()]
         if req.get("tools"):
-            f.tools = Canon("tools", orjson.dumps(req["tools"], option=orjson.OPT_SORT_KEYS).decode())
+            f.tools = Canon(
+                "tools", orjson.dumps(req["tools"], option=orjson.OPT_SORT_KEYS).decode()
+            )
     elif kind == "completions":
         p = req.get("prompt")
         f.prompt_text = p if isinstance(p, str) else _text(p)

@@ -23,6 +23,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -108,7 +109,9 @@ class Exchange:
     t_end: float | None = None
     streamed: bool = False
     encoding: str = ""  # the response's Content-Encoding (the record decodes gzip / deflate)
-    outcome: str = "ok"  # ok | client_gone | upstream_unreachable | upstream_failed | bad_request | stopped
+    outcome: str = (
+        "ok"  # ok | client_gone | upstream_unreachable | upstream_failed | bad_request | stopped
+    )
     error: str | None = None
     request_body: bytearray = field(default_factory=bytearray)
     response_body: bytearray = field(default_factory=bytearray)
@@ -158,7 +161,10 @@ def _carries(data: bytes) -> bool:
             return True
         d = ch.get("delta") or {}
         if isinstance(d, dict) and (
-            d.get("content") or d.get("reasoning_content") or d.get("reasoning") or d.get("tool_calls")
+            d.get("content")
+            or d.get("reasoning_content")
+            or d.get("reasoning")
+            or d.get("tool_calls")
         ):
             return True
     return False
@@ -302,7 +308,9 @@ class RecordingProxy:
     def _new_exchange(self, conn: _Conn, head: Head, t0: float) -> Exchange:
         self._n += 1
         ua = head.get("user-agent")
-        client = conn.peer + ("/" + hashlib.blake2b(ua.encode(), digest_size=4).hexdigest() if ua else "")
+        client = conn.peer + (
+            "/" + hashlib.blake2b(ua.encode(), digest_size=4).hexdigest() if ua else ""
+        )
         hint = head.get(self.session_header) if self.session_header else ""
         return Exchange(
             n=self._n,
@@ -325,7 +333,9 @@ class RecordingProxy:
             head = parse_head(raw)
             kind, length = head.body_kind()
         except FramingError as e:
-            conn.writer.write(_error_response(400, "Bad Request", f"agentload record: {e}", "bad_request"))
+            conn.writer.write(
+                _error_response(400, "Bad Request", f"agentload record: {e}", "bad_request")
+            )
             self._n += 1
             self.sink(Exchange(self._n, conn.peer, "", "", t0, status=400, t_end=t0,
                                outcome="bad_request", error=str(e)))  # fmt: skip
@@ -341,7 +351,9 @@ class RecordingProxy:
                 return await self._unreachable(conn, head, kind, length, ex, e)
             raw_body: list[bytes] = []
             up[1].write(up_head)
-            pump = asyncio.ensure_future(self._pump_request(conn, up[1], kind, length, ex, raw_body))
+            pump = asyncio.ensure_future(
+                self._pump_request(conn, up[1], kind, length, ex, raw_body)
+            )
             try:
                 rhead = await self._response_head(conn, up, pump, ex)
             except _UpstreamFailed:
@@ -477,7 +489,8 @@ class RecordingProxy:
         while True:
             read = asyncio.ensure_future(up[0].readuntil(b"\r\n\r\n"))
             while not read.done():
-                done, _ = await asyncio.wait({read, pump}, return_when=asyncio.FIRST_COMPLETED)
+                waiting: set[asyncio.Future[Any]] = {read, pump}
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if pump in done and pump.exception() is not None:
                     read.cancel()
                     exc = pump.exception()
@@ -487,7 +500,9 @@ class RecordingProxy:
             try:
                 raw = read.result()
             except asyncio.IncompleteReadError:
-                raise _UpstreamFailed("the upstream closed the connection before answering") from None
+                raise _UpstreamFailed(
+                    "the upstream closed the connection before answering"
+                ) from None
             except asyncio.LimitOverrunError:
                 raise _UpstreamFailed("the upstream's response head is too large") from None
             head = parse_head(raw)

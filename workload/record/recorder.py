@@ -31,7 +31,7 @@ from workload.plan.traces._agent import round_from_json, trace_of
 from workload.record.blocks import BLOCK_TOKENS, PromptBlocks
 from workload.record.extract import Facts, read_exchange
 from workload.record.proxy import Exchange
-from workload.record.sessions import SOURCE, CountPrompt, SessionBook
+from workload.record.sessions import CountPrompt, SessionBook
 
 TRACE = "trace.jsonl"
 EXCHANGES = "exchanges.jsonl"
@@ -199,7 +199,9 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         f"{rec['tokens_from_tokenizer']} by the tokenizer",
     ]  # fmt: skip
     if rec["recorder_errors"]:
-        lines.append(f"problems  {len(rec['recorder_errors'])} exchanges could not be read: {rec['recorder_errors'][0]}")
+        lines.append(
+            f"problems  {len(rec['recorder_errors'])} exchanges could not be read: {rec['recorder_errors'][0]}"
+        )
     return lines
 
 

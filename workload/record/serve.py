@@ -45,7 +45,11 @@ class RecordOptions:
 
 def _counters(o: RecordOptions) -> tuple[Any, Callable[[Facts, int], int], Callable[[str], int]]:
     """(encode for the block hashes, prompt counter, text counter) for --tokenizer."""
-    tok = TiktokenTokenizer(o.tokenizer.partition(":")[2] or "cl100k_base") if o.tokenizer != "server" else TiktokenTokenizer()
+    tok = (
+        TiktokenTokenizer(o.tokenizer.partition(":")[2] or "cl100k_base")
+        if o.tokenizer != "server"
+        else TiktokenTokenizer()
+    )
     if o.tokenizer != "server":
         return tok.encode, lambda _f, local: local, tok.count
     servers: dict[str, ServerTokenizer] = {}
@@ -129,7 +133,11 @@ async def _serve(o: RecordOptions, held: list[Recorder], out: Any) -> int:
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
     print(f"agentload record: listening on http://{o.host}:{port}/v1 -> {o.upstream.url}", file=out)
-    print(f"agentload record: writing {o.out}/trace.jsonl; Ctrl-C stops and completes it", file=out, flush=True)
+    print(
+        f"agentload record: writing {o.out}/trace.jsonl; Ctrl-C stops and completes it",
+        file=out,
+        flush=True,
+    )
     await stop.wait()
     if proxy.in_flight:
         print(f"agentload record: stopping; {proxy.in_flight} exchanges in flight get {o.grace_s:g} s "
@@ -159,7 +167,6 @@ class RecordThread:
 
     def start(self) -> RecordThread:
         self.recorder = make_recorder(self.o)
-        fut: asyncio.Future[tuple[RecordingProxy, int]]
         ready = threading.Event()
 
         def run() -> None:
@@ -170,7 +177,7 @@ class RecordThread:
         self._thread = threading.Thread(target=run, name="agentload-record-proxy", daemon=True)
         self._thread.start()
         ready.wait()
-        fut = asyncio.run_coroutine_threadsafe(_start(self.o, self.recorder.submit), self._loop)  # type: ignore[assignment]
+        fut = asyncio.run_coroutine_threadsafe(_start(self.o, self.recorder.submit), self._loop)
         self._proxy, port = fut.result(30)
         self.url = f"http://{self.o.host}:{port}"
         return self
@@ -178,7 +185,9 @@ class RecordThread:
     def stop(self, grace_s: float = 5.0) -> dict[str, Any]:
         """Stop the proxy, complete the files; the summary."""
         assert self._proxy is not None and self.recorder is not None
-        asyncio.run_coroutine_threadsafe(self._proxy.close(grace_s), self._loop).result(grace_s + 30)
+        asyncio.run_coroutine_threadsafe(self._proxy.close(grace_s), self._loop).result(
+            grace_s + 30
+        )
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(10)
@@ -188,5 +197,10 @@ class RecordThread:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
-        if self._proxy is not None and self.recorder is not None and self._thread is not None and self._thread.is_alive():
+        if (
+            self._proxy is not None
+            and self.recorder is not None
+            and self._thread is not None
+            and self._thread.is_alive()
+        ):
             self.stop()

@@ -192,7 +192,10 @@ class SessionBook:
                 if m.role == "tool" and m.tool_call_id and m.tool_call_id not in prev.returned:
                     prev.returned[m.tool_call_id] = ex.t_arrival
         if not f.ok or ex.outcome != "ok" or ex.too_large:
-            return s if s.rounds else self._drop_empty(s)
+            if not s.rounds and s.named == "inferred":  # its only request failed: no session
+                self.sessions.pop(s.name, None)
+                return None
+            return s
         s.rounds.append(self._round(ex, f, appended, matched))
         k = len(s.rounds) - 1
         if f.kind == "chat" and f.answer is not None:
@@ -205,12 +208,6 @@ class SessionBook:
         if f.response_id:
             self._by_response[f.response_id] = s.name
         return s
-
-    def _drop_empty(self, s: Session) -> None:
-        """A session whose only request failed is no session."""
-        if not s.rounds and s.name.startswith("rec-"):
-            self.sessions.pop(s.name, None)
-        return None
 
     @staticmethod
     def _prompt_messages(f: Facts) -> list[Canon]:
@@ -286,7 +283,9 @@ class SessionBook:
 
     def final_rows(self) -> Iterator[dict[str, Any]]:
         """Every row of every session (sessions in start order)."""
-        for s in sorted(self.sessions.values(), key=lambda s: s.rounds[0].ex.t_arrival if s.rounds else 0):
+        for s in sorted(
+            self.sessions.values(), key=lambda s: s.rounds[0].ex.t_arrival if s.rounds else 0
+        ):
             if s.rounds:
                 yield from self.rows(s)
 

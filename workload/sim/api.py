@@ -220,7 +220,11 @@ class SimApp:
         plan = self._plan(
             rng, rep, tools, tool_choice, named, max_tokens, g.min_tokens, g.ignore_eos
         )
-        if plan.tool_name is not None and not plan.named and body.get("parallel_tool_calls") is True:
+        if (
+            plan.tool_name is not None
+            and not plan.named
+            and body.get("parallel_tool_calls") is True
+        ):
             plan = self._parallel(rng, plan, tools, max_tokens)
         structured = tool_choice == "required" or named is not None
         k = cfg.spec_k
@@ -308,7 +312,9 @@ class SimApp:
         n = min(n, max_tokens)
         return Plan(self.content.text_pieces(rng, n, rep), finish)
 
-    def _parallel(self, rng: random.Random, plan: Plan, tools: list | None, max_tokens: int) -> Plan:
+    def _parallel(
+        self, rng: random.Random, plan: Plan, tools: list | None, max_tokens: int
+    ) -> Plan:
         """A request that asks for ``parallel_tool_calls: true`` gets a second call, to the
         next other tool offered (a model that calls two tools at once); one tool: one call."""
         valid = [t for t in tools or () if isinstance(t, dict)]

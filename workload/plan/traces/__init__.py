@@ -9,8 +9,8 @@ from workload.plan.traces._agent import (
     summarize_agents,
     write_agent_trace,
 )
-from workload.plan.traces._agent_fit import fit_agent_profile
 from workload.plan.traces._agent_export import export_run_sessions, run_agent_trace
+from workload.plan.traces._agent_fit import fit_agent_profile
 from workload.plan.traces._agent_import import (
     AGENT_FORMATS,
     detect_agent_format,

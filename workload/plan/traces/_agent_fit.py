@@ -26,8 +26,11 @@ def _session_span(rounds: list[Any]) -> float:
     return max(0.0, rounds[-1].t_end + rounds[-1].tool_wait_s - rounds[0].t_start)
 
 
-def _dist(values: list[float], lo: float) -> dict[str, Any]:
-    return _hist([max(lo, v) for v in values], lo) if values else {"dist": "constant", "value": lo}
+def _dist(values: list[float] | list[int], lo: int) -> dict[str, Any]:
+    """Tokens: the trace's empirical histogram (whole tokens), or a constant."""
+    if not values:
+        return {"dist": "constant", "value": lo}
+    return _hist([max(lo, round(v)) for v in values], lo)
 
 
 def _float_dist(values: list[float], floor: float) -> dict[str, Any]:
@@ -55,7 +58,9 @@ def _tools(trace: AgentTrace) -> tuple[dict[str, Any], dict[str, float], float]:
             if nxt is not None and r.tools:
                 per = max(1.0, (nxt.appended_tokens - r.output_tokens) / len(r.tools))
             for t in r.tools:
-                lat.setdefault(t.name, []).append(t.latency_s if t.latency_s is not None else t.wait_s)
+                lat.setdefault(t.name, []).append(
+                    t.latency_s if t.latency_s is not None else t.wait_s
+                )
                 if per is not None:
                     result.setdefault(t.name, []).append(per)
     catalog = {
@@ -72,7 +77,9 @@ def _tools(trace: AgentTrace) -> tuple[dict[str, Any], dict[str, float], float]:
     return catalog, weights, round(prob, 4)
 
 
-def fit_agent_profile(trace: AgentTrace, *, name: str = "recorded", seed: int = 1) -> dict[str, Any]:
+def fit_agent_profile(
+    trace: AgentTrace, *, name: str = "recorded", seed: int = 1
+) -> dict[str, Any]:
     """A profile dict (validated) whose sessions have the trace's shape (see the module)."""
     roots = trace.roots
     if not roots:
