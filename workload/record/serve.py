@@ -1,4 +1,4 @@
-"""Running a recording: the proxy on an asyncio loop, the recorder beside it, one stop path.
+"""Running a recording: the proxy on an asyncio loop, the recorder in its own process, one stop path.
 
 ``record(options)`` serves until a stop signal (SIGINT, SIGTERM, SIGHUP): the first stops
 accepting, lets in-flight exchanges finish for ``grace_s`` (a second signal cuts them now:
@@ -9,6 +9,7 @@ recorded as ``stopped``), then the trace is completed and summarized; the exit s
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import signal
 import sys
 import threading
@@ -22,7 +23,13 @@ from workload.plan.tokens import ServerTokenizer, TiktokenTokenizer
 from workload.record.extract import Facts
 from workload.record.proxy import RecordingProxy, Upstream
 from workload.record.recorder import Recorder, summary_lines
-from workload.stopping import STOP_SIGNALS, StopLatch, exit_code_for_signal, signal_name
+from workload.stopping import (
+    STOP_SIGNALS,
+    StopLatch,
+    exit_code_for_signal,
+    set_parent_death_signal,
+    signal_name,
+)
 
 GRACE_S = 10.0
 SWITCH_INTERVAL_S = 0.0005
@@ -97,13 +104,12 @@ async def _start(o: RecordOptions, sink: Callable[[Any], None]) -> tuple[Recordi
 def record(o: RecordOptions, *, out: Any = None) -> int:
     """Serve until a stop signal; the exit status (128 + the signal), the trace complete."""
     out = out or sys.stdout
-    encode = _counters(o)[0]  # a tokenizer that cannot load is one line before anything listens
-    encode("warm up")  # its first call builds tables: not while the first exchange waits
-    # The recorder's thread reads bodies and tokenizes beside the proxy's loop: a short GIL
+    _counters(o)  # a tokenizer that cannot load is one line before anything listens
+    # The recorder's queue thread pickles exchanges beside the proxy's loop: a short GIL
     # switch interval lets the loop stamp and forward a read within ~0.5 ms of its arrival
-    # instead of the default 5 ms (bench/bench_record.py measures the difference).
+    # instead of the default 5 ms.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    held: list[Recorder] = []  # made once the port is bound: a refused port leaves no files
+    held: list[RecorderProcess] = []  # made once the port is bound: a refused port leaves no files
     try:
         code = asyncio.run(_serve(o, held, out))
     finally:
@@ -116,10 +122,10 @@ def record(o: RecordOptions, *, out: Any = None) -> int:
     return code
 
 
-async def _serve(o: RecordOptions, held: list[Recorder], out: Any) -> int:
+async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any) -> int:
     loop = asyncio.get_running_loop()
     proxy, port = await _start(o, lambda ex: held[0].submit(ex))
-    held.append(make_recorder(o))
+    held.append(RecorderProcess(o))
     latch = StopLatch()
     stop, now = asyncio.Event(), asyncio.Event()
 
@@ -152,6 +158,50 @@ async def _serve(o: RecordOptions, held: list[Recorder], out: Any) -> int:
         loop.remove_signal_handler(sig)
         signal.signal(sig, signal.SIG_IGN)  # the trace is being completed: late presses wait
     return exit_code_for_signal(latch.signum or signal.SIGINT)
+
+
+def _recorder_main(o: RecordOptions, inbox: Any, outbox: Any) -> None:
+    """The recorder's own process: exchanges from ``inbox`` until None, then the summary."""
+    for sig in STOP_SIGNALS:  # the parent decides when the recording stops, and tells us
+        signal.signal(sig, signal.SIG_IGN)
+    set_parent_death_signal(signal.SIGKILL)  # rows already appended stay; nothing hangs on
+    _counters(o)[0]("warm up")  # the tokenizer's first call builds tables
+    rec = make_recorder(o)
+    outbox.put("ready")
+    while True:
+        ex = inbox.get()
+        if ex is None:
+            break
+        rec.submit(ex)
+    outbox.put(rec.close())
+
+
+class RecorderProcess:
+    """The Recorder in a child process: the proxy's loop only hands exchanges to a pipe, so
+    reading bodies, tokenizing and hashing never hold the GIL the loop stamps reads under."""
+
+    def __init__(self, o: RecordOptions) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._inbox, self._outbox = ctx.Queue(), ctx.Queue()
+        self._proc = ctx.Process(
+            target=_recorder_main, args=(o, self._inbox, self._outbox), name="agentload-recorder",
+            daemon=True,
+        )  # fmt: skip
+        self._proc.start()
+        ready = self._outbox.get(timeout=120)
+        if ready != "ready":
+            raise SetupError(f"the recorder did not start ({ready})")
+
+    def submit(self, ex: Any) -> None:
+        """Queue a finished exchange (the pipe is fed by the queue's own thread)."""
+        self._inbox.put(ex)
+
+    def close(self) -> dict[str, Any]:
+        """Finish the recording; the summary."""
+        self._inbox.put(None)
+        summary: dict[str, Any] = self._outbox.get(timeout=600)
+        self._proc.join(30)
+        return summary
 
 
 class RecordThread:
