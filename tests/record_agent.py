@@ -172,6 +172,8 @@ def run_agent(base_url: str, model: str, *, server_tools: bool = True, **client:
                 extra["tool_choice"] = "required"
                 if parallel:
                     extra["parallel_tool_calls"] = True
+            else:  # the tools are in the prompt, the model is not asked to call them
+                extra["tool_choice"] = "none"
             _gap(run)
             r = c.chat.completions.create(model=model, messages=msgs, max_tokens=40, **extra)  # type: ignore[arg-type]
             run.returned = time.perf_counter()

@@ -164,3 +164,20 @@ def test_a_streamed_answer_is_read_from_its_events() -> None:
     assert f.answer is not None and f.answer.tool_calls[0] == ("c1", "read", '{"p":"x"}')
     assert (f.prompt_tokens, f.completion_tokens, f.reasoning_tokens) == (9, 4, 2)
     assert not read_exchange("/v1/chat/completions", 200, b"\xff not json", b"", False).ok
+
+
+def test_tool_calls_the_agent_made_itself_are_the_rounds_tools() -> None:
+    book = _book()
+    tr = Traffic(book)
+    msgs = [SYSTEM, {"role": "user", "content": "go"}]
+    s, _ = tr.chat(msgs, answer="I will call read")  # the model wrote text, no tool_calls
+    tr.t += 0.2
+    call = {"id": "mine", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    msgs += [{"role": "assistant", "content": "I will call read", "tool_calls": [call]},
+             {"role": "tool", "tool_call_id": "mine", "content": "1"}]  # fmt: skip
+    s2, _ = tr.chat(msgs)
+    assert s2 is s
+    row = book.rows(s)[0]
+    assert [t["name"] for t in row["tools"]] == ["read"]
+    assert row["tools"][0]["wait_s"] == pytest.approx(0.2)
+    assert row["record"]["tools_from"] == "agent"

@@ -6,7 +6,8 @@ request's messages followed by that request's answer continues that request's se
 (messages are hashed in a chain, so the test is one dictionary look-up per message). An
 agent that edits the answer before sending it back still continues the session when the
 message after the earlier request's messages is an assistant message (``answer_matched``
-false). A completions request continues the session whose prompt and answer its prompt
+false); when that message carries tool calls the answer did not (an agent that parses its
+model's text into calls), those are the round's tools (``record.tools_from: agent``). A completions request continues the session whose prompt and answer its prompt
 begins with; a Responses API request the session of its ``previous_response_id``.
 
 Tools: the tool calls of an answer are waited for until the session's next request, whose
@@ -51,6 +52,7 @@ class Round:
     appended_user: int = 0
     appended_tool_results: int = 0
     answer_matched: bool = True
+    tools_from: str = "answer"  # answer | agent (the tool calls the agent sent back)
     returned: dict[str, float] = field(default_factory=dict)  # tool_call_id -> result time
     next_arrival: float | None = None  # the session's next request arrived
 
@@ -188,6 +190,12 @@ class SessionBook:
             prev = s.rounds[-1]
             if prev.next_arrival is None:
                 prev.next_arrival = ex.t_arrival
+            edited = f.messages[shared - 1] if not matched and shared else None
+            if edited is not None and edited.tool_calls and not prev.facts.tool_calls:
+                # the agent called tools its model did not (a ReAct-style agent that parses
+                # the text): the calls it sent back are the ones it waited for
+                prev.facts.tool_calls = [(i, n) for i, n, _ in edited.tool_calls]
+                prev.tools_from = "agent"
             for m in appended:
                 if m.role == "tool" and m.tool_call_id and m.tool_call_id not in prev.returned:
                     prev.returned[m.tool_call_id] = ex.t_arrival
@@ -315,6 +323,7 @@ def _row(a: AgentRound, r: Round, s: Session) -> dict[str, Any]:
         "tool_call_ids_returned": sorted(r.returned),
         "session_from": s.named,
         "answer_matched": r.answer_matched,
+        "tools_from": r.tools_from,
         "parent_inferred": s.parent_inferred,
     }
     return row
