@@ -211,8 +211,9 @@ def check_out_dir(out: Path, overwrite: bool) -> str | None:
         return f"{out} is a file; --out names a directory"
     if (out / TRACE).exists() and not overwrite:
         return f"{out} already holds a recording ({TRACE}); give another --out or --overwrite"
-    with contextlib.suppress(OSError):
-        out.mkdir(parents=True, exist_ok=True)
-    if not os.access(out, os.W_OK):
-        return f"{out} is not writable"
+    near = out
+    while not near.exists() and near != near.parent:  # created only once recording starts
+        near = near.parent
+    if not os.access(near, os.W_OK):
+        return f"{out} cannot be written ({near} is not writable)"
     return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import signal
 import sys
 import threading
@@ -94,8 +95,9 @@ async def _start(o: RecordOptions, sink: Callable[[Any], None]) -> tuple[Recordi
     try:
         port = await proxy.start(o.host, o.port)
     except OSError as e:
+        reason = os.strerror(e.errno) if e.errno else str(e)
         raise SetupError(
-            f"cannot listen on {o.host}:{o.port} ({e.strerror or e})",
+            f"cannot listen on {o.host}:{o.port} ({reason})",
             hint="pick another --port (0 picks a free one)",
         ) from None
     return proxy, port
