@@ -181,3 +181,15 @@ def test_tool_calls_the_agent_made_itself_are_the_rounds_tools() -> None:
     assert [t["name"] for t in row["tools"]] == ["read"]
     assert row["tools"][0]["wait_s"] == pytest.approx(0.2)
     assert row["record"]["tools_from"] == "agent"
+
+
+def test_an_edited_answer_goes_to_the_session_whose_answer_it_kept() -> None:
+    book = _book(subagents=False)
+    tr = Traffic(book)
+    opening = [SYSTEM, {"role": "user", "content": "go"}]
+    a, _ = tr.chat(list(opening), answer="first")
+    b, _ = tr.chat(list(opening), answer="second")  # the same opening: a second session
+    call = {"id": "c", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    s, _ = tr.chat([*opening, {"role": "assistant", "content": "first", "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": "c", "content": "1"}])  # fmt: skip
+    assert s is a and a is not b

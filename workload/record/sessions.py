@@ -103,7 +103,8 @@ class SessionBook:
         self.subagents = subagents
         self.sessions: dict[str, Session] = {}
         self._after_answer: dict[bytes, tuple[str, int]] = {}  # chain after prompt+answer
-        self._after_prompt: dict[bytes, tuple[str, int]] = {}  # chain after the prompt alone
+        # chain after the prompt alone -> every (session, round) that sent it, oldest first
+        self._after_prompt: dict[bytes, list[tuple[str, int]]] = {}
         self._text_states: dict[str, tuple[int, bytes]] = {}  # completions: session -> (len, hash)
         self._by_response: dict[str, str] = {}
         self._seen_prompts: set[bytes] = set()  # chains of every prompt's leading messages
@@ -124,10 +125,19 @@ class SessionBook:
             if hit is not None:
                 return self.sessions[hit[0]], i, True
         for i in range(len(f.messages) - 1, 0, -1):
-            hit = self._after_prompt.get(chain[i])
-            if hit is not None and f.messages[i].role == "assistant":
-                return self.sessions[hit[0]], i + 1, False
+            hits = self._after_prompt.get(chain[i])
+            if hits and f.messages[i].role == "assistant":
+                return self._edited_from(hits, f.messages[i]), i + 1, False
         return None, 0, True
+
+    def _edited_from(self, hits: list[tuple[str, int]], edited: Canon) -> Session:
+        """Of the requests that sent this prompt, the one whose answer the edited message kept
+        the text of (else the latest): the same opening can start many sessions."""
+        for name, k in reversed(hits):
+            answer = self.sessions[name].rounds[k].facts.answer
+            if answer is not None and answer.text == edited.text:
+                return self.sessions[name]
+        return self.sessions[hits[-1][0]]
 
     def _continues_text(self, prompt: str) -> Session | None:
         best: tuple[int, str] | None = None
@@ -208,7 +218,7 @@ class SessionBook:
         k = len(s.rounds) - 1
         if f.kind == "chat" and f.answer is not None:
             chain = _chain([*f.messages, f.answer])
-            self._after_prompt.setdefault(chain[-2], (s.name, k))
+            self._after_prompt.setdefault(chain[-2], []).append((s.name, k))
             self._after_answer[chain[-1]] = (s.name, k)
         elif f.kind == "completions" and f.prompt_text is not None and f.answer is not None:
             text = f.prompt_text + f.answer.text
