@@ -229,8 +229,14 @@ class SessionBook:
 
     @staticmethod
     def _prompt_messages(f: Facts) -> list[Canon]:
-        """What a chat prompt is made of, in order: the tools offered, then the messages."""
-        return [f.tools, *f.messages] if f.tools is not None else f.messages
+        """What a chat prompt is made of, in order: the leading system messages, the tools
+        offered (where most open models' chat templates put them), then the rest."""
+        if f.tools is None:
+            return f.messages
+        k = 0
+        while k < len(f.messages) and f.messages[k].role in ("system", "developer"):
+            k += 1
+        return [*f.messages[:k], f.tools, *f.messages[k:]]
 
     def _units(self, f: Facts) -> list[tuple[bytes, str]]:
         if f.kind == "chat":
