@@ -157,7 +157,7 @@ def cmd_capacity(argv: list[str]) -> int:
 
 def cmd_record(argv: list[str]) -> int:
     """`agentload record`."""
-    from workload.cli.record import main_record  # start-up: ~0.02 s (the proxy), see above
+    from workload.cli.record import main_record  # start-up: ~0.2 s (asyncio, ssl, ...)
 
     return main_record(argv)
 
