@@ -15,7 +15,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.record_agent import Tap, run_agent
+from tests.record_agent import TOOLS, Tap, run_agent
 from workload.record import RecordOptions, RecordThread, parse_upstream
 from workload.record.http1 import ChunkedDecoder, FramingError, parse_head, replace_host
 from workload.sim.inprocess import SimThread
@@ -255,3 +255,31 @@ def test_only_the_host_line_of_a_request_head_changes() -> None:
     up = parse_upstream("http://h:8000/proxy/")
     assert up is not None and up.target("/v1/models") == "/proxy/v1/models"
     assert parse_upstream("ftp://h") is None and parse_upstream("localhost:8000") is None
+
+
+def test_the_simulator_answers_parallel_tool_calls_with_two_calls(sim) -> None:
+    c = openai.OpenAI(base_url=sim.url + "/v1", api_key="k", max_retries=0)
+    msgs = [{"role": "user", "content": "both"}]
+    kw = {
+        "model": MODEL,
+        "messages": msgs,
+        "tools": TOOLS,
+        "tool_choice": "required",
+        "max_tokens": 60,
+    }
+    r = c.chat.completions.create(**kw, parallel_tool_calls=True)  # type: ignore[call-overload]
+    calls = r.choices[0].message.tool_calls
+    assert [t.function.name for t in calls] == ["get_weather", "get_time"] or [
+        t.function.name for t in calls
+    ] == ["get_time", "get_weather"]
+    assert len({t.id for t in calls}) == 2 and r.choices[0].finish_reason == "tool_calls"
+    assert all(json.loads(t.function.arguments) for t in calls)
+    streamed: dict[int, list[str]] = {}
+    for ch in c.chat.completions.create(**kw, parallel_tool_calls=True, stream=True):  # type: ignore[call-overload]
+        for tc in ch.choices[0].delta.tool_calls or ():
+            slot = streamed.setdefault(tc.index, ["", ""])
+            slot[0] += tc.function.name or ""
+            slot[1] += tc.function.arguments or ""
+    assert sorted(streamed) == [0, 1] and all(json.loads(a) for _, a in streamed.values())
+    one = c.chat.completions.create(**kw)  # type: ignore[call-overload]
+    assert len(one.choices[0].message.tool_calls) == 1  # without the field: one call
