@@ -4,7 +4,7 @@ One traffic class whose sessions look like the trace's: steps per session (empir
 a system prompt the size of the prefix later sessions' first rounds reused (shared by
 every session when there is one), the first user turn, output sizes, the think time
 between rounds, and one catalog tool per recorded tool name with its recorded latency and
-the result size the round after it appended. ``run.users`` is the mean number of sessions
+the result size (what the next round's prompt grew by, past the answer, per call). ``run.users`` is the mean number of sessions
 in flight over the trace, ``run.duration_s`` its span plus one session.
 """
 
@@ -56,7 +56,8 @@ def _tools(trace: AgentTrace) -> tuple[dict[str, Any], dict[str, float], float]:
             nxt = rs[k + 1] if k + 1 < len(rs) else None
             per = None
             if nxt is not None and r.tools:
-                per = max(1.0, (nxt.appended_tokens - r.output_tokens) / len(r.tools))
+                # what the prompt grew by past the answer: the results (whatever was reused)
+                per = max(1.0, (nxt.input_tokens - r.input_tokens - r.output_tokens) / len(r.tools))
             for t in r.tools:
                 lat.setdefault(t.name, []).append(
                     t.latency_s if t.latency_s is not None else t.wait_s
