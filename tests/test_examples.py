@@ -75,6 +75,12 @@ NOT_RUN: list[tuple[str, str]] = [
      "own logs; tests/e2e/test_agent_replay.py replays imported sessions"),
     (r"agentload sim --preset-file twin\.yaml", "serves the preset `sim calibrate` fitted to a real "
      "server; tests/test_sim_calibrate.py calibrates and serves one"),
+    (r"agentload record[ :]", "a proxy that runs until Ctrl-C (or its console lines); "
+     "tests/e2e/test_record.py runs it (the CLI, an SDK agent through it, SIGINT and SIGTERM)"),
+    (r"curl ", "talks to a running `agentload record`; tests/test_record_proxy.py sends raw and "
+     "SDK requests through the proxy"),
+    (r"agentload (trace import auto|trace fit|run --trace) recordings/", "reads a recording of "
+     "your own agents; tests/e2e/test_record.py imports, fits and replays one"),
     (r"locust .*--master\b|locust .*--worker\b",
      "a distributed master and its workers on several machines; "
      "tests/e2e/test_distributed_and_gates.py runs master and workers"),

@@ -155,6 +155,13 @@ def cmd_capacity(argv: list[str]) -> int:
     return main_capacity(argv)
 
 
+def cmd_record(argv: list[str]) -> int:
+    """`agentload record`."""
+    from workload.cli.record import main_record  # start-up: ~0.2 s (asyncio, ssl, ...)
+
+    return main_record(argv)
+
+
 def cmd_trace(argv: list[str]) -> int:
     """`agentload trace import | fit | export`."""
     return main_trace(argv)
@@ -169,6 +176,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "profiles": (cmd_profiles, "list | show NAME | validate FILE | schema"),
     "sim": (cmd_sim, "serve the embedded vLLM simulator"),
     "trace": (cmd_trace, "import | fit | export real request traces (Mooncake, Azure)"),
+    "record": (cmd_record, "a recording proxy: your agents' traffic as an agent-session trace"),
 }
 
 

@@ -23,6 +23,7 @@ from workload.plan.traces import (
     detect_any,
     export_run,
     export_run_sessions,
+    fit_agent_profile,
     fit_profile,
     read_agent_trace,
     read_trace_keeping_reuse,
@@ -72,9 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("-o", "--out", default="", help="write the normalised JSONL here")
     _add_read_options(imp)
     fit = sub.add_parser("fit", help="fit an agentload profile to a trace")
-    fit.add_argument("file", help="trace file")
+    fit.add_argument("file", help="trace file (or an `agentload record` directory)")
     fit.add_argument("-o", "--out", required=True, help="profile YAML to write")
-    fit.add_argument("--format", default="auto", choices=["auto", *FORMATS])
+    fit.add_argument("--format", default="auto", choices=["auto", *FORMATS, *AGENT_FORMATS])
     fit.add_argument("--name", default="", help="profile name (default: the output file stem)")
     _add_read_options(fit)
     exp = sub.add_parser("export", help="write a run's traffic as a trace")
@@ -190,7 +191,10 @@ def _run(argv: list[str]) -> int:
             print(f"wrote     {n} requests to {args.out}")
         return 0
     if args.what == "fit":
-        trace = _read(args, args.format)
+        fmt = detect_any(args.file) if args.format == "auto" else args.format
+        if fmt in AGENT_FORMATS:
+            return _fit_agents(args, fmt)
+        trace = _read(args, fmt)
         prof = fit_profile(trace, name=args.name or Path(args.out).stem)
         Path(args.out).write_text(yaml.safe_dump(prof, sort_keys=False))
         print(f"agentload: wrote profile {args.out} ({prof['description']})")
@@ -207,6 +211,18 @@ def _run(argv: list[str]) -> int:
         f"agentload: wrote {res.rows} requests to {args.out} ({res.verified} checked against "
         f"body_hash, {res.unverified} unchecked, {len(res.skipped)} skipped)"
     )
+    return 0
+
+
+def _fit_agents(args: argparse.Namespace, fmt: str) -> int:
+    """`trace fit` of agent sessions (a recording, an import): a profile of agent sessions."""
+    trace = read_agent_trace(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
+    _report_bad(trace)
+    if not trace.sessions:
+        raise UsageError(f"{args.file}: no readable rounds")
+    prof = fit_agent_profile(trace, name=args.name or Path(args.out).stem)
+    Path(args.out).write_text(yaml.safe_dump(prof, sort_keys=False))
+    print(f"agentload: wrote profile {args.out} ({prof['description']})")
     return 0
 
 

@@ -9,6 +9,7 @@ import hashlib
 import math
 import random
 from array import array
+from dataclasses import replace
 from typing import Protocol
 
 import orjson
@@ -219,6 +220,12 @@ class SimApp:
         plan = self._plan(
             rng, rep, tools, tool_choice, named, max_tokens, g.min_tokens, g.ignore_eos
         )
+        if (
+            plan.tool_name is not None
+            and not plan.named
+            and body.get("parallel_tool_calls") is True
+        ):
+            plan = self._parallel(rng, plan, tools, max_tokens)
         structured = tool_choice == "required" or named is not None
         k = cfg.spec_k
         ereq = EngineRequest(
@@ -304,6 +311,23 @@ class SimApp:
         finish = "length" if n >= max_tokens else "stop"
         n = min(n, max_tokens)
         return Plan(self.content.text_pieces(rng, n, rep), finish)
+
+    def _parallel(
+        self, rng: random.Random, plan: Plan, tools: list | None, max_tokens: int
+    ) -> Plan:
+        """A request that asks for ``parallel_tool_calls: true`` gets a second call, to the
+        next other tool offered (a model that calls two tools at once); one tool: one call."""
+        valid = [t for t in tools or () if isinstance(t, dict)]
+        names = [str((t.get("function") or {}).get("name", "tool")) for t in valid]
+        others = [t for t, n in zip(valid, names, strict=True) if n != plan.tool_name]
+        if not others:
+            return plan
+        name, frags = self.content.tool_call(rng, others[0], False)
+        tool_id = f"chatcmpl-tool-{rng.getrandbits(128):032x}"
+        more = ((len(plan.pieces), name, tool_id),)
+        pieces = [*plan.pieces, "", *frags]
+        finish = "length" if len(pieces) > max_tokens else plan.finish
+        return replace(plan, pieces=pieces, more_calls=more, finish=finish)
 
     def _draw_fault(self) -> str | None:
         if not self._faults:

@@ -29,6 +29,15 @@ class Plan:
     tool_id: str = ""
     forced: bool = False  # tool_choice named or "required"
     named: bool = False  # tool_choice names the function
+    # further calls of a parallel answer: (the piece that starts it, name, id); each call's
+    # first piece carries its header, the ones after it its arguments
+    more_calls: tuple[tuple[int, str, str], ...] = ()
+
+    def calls(self) -> list[tuple[int, int, str, str]]:
+        """(first piece, end piece, name, id) of each tool call, in order."""
+        starts = [(0, self.tool_name or "", self.tool_id), *self.more_calls]
+        ends = [s for s, _, _ in starts[1:]] + [len(self.pieces)]
+        return [(s, e, n, i) for (s, n, i), e in zip(starts, ends, strict=True)]
 
 
 class Response:
@@ -122,17 +131,19 @@ class Response:
         return self.req.finish_reason
 
     def _emit_tool(self, start: int, n: int, finish: str | None) -> None:
-        plan = self.plan
-        if start == 0:
-            head = {"content": None, "tool_calls": [{"id": plan.tool_id, "type": "function", "index": 0, "function": {"name": plan.tool_name}}]}  # fmt: skip
-            if n == 1:
-                self._emit(self.fmt.delta(head, finish))
-                return
-            self._emit(self.fmt.delta(head, None))
-            start, n = 1, n - 1
-        args = "".join(plan.pieces[start : start + n])
-        delta = {"content": None, "tool_calls": [{"index": 0, "function": {"arguments": args}}]}
-        self._emit(self.fmt.delta(delta, finish))
+        deltas: list[dict] = []
+        end = start + n
+        for k, (s, e, name, tool_id) in enumerate(self.plan.calls()):
+            if s >= end or e <= start:
+                continue
+            if start <= s:
+                deltas.append({"content": None, "tool_calls": [{"id": tool_id, "type": "function", "index": k, "function": {"name": name}}]})  # fmt: skip
+            lo, hi = max(start, s + 1), min(end, e)
+            if lo < hi:
+                args = "".join(self.plan.pieces[lo:hi])
+                deltas.append({"content": None, "tool_calls": [{"index": k, "function": {"arguments": args}}]})  # fmt: skip
+        for i, delta in enumerate(deltas):
+            self._emit(self.fmt.delta(delta, finish if i == len(deltas) - 1 else None))
 
     def _emit(self, data: bytes | None) -> None:
         """Send one SSE event (None ends the stream), applying the injected fault."""
@@ -241,7 +252,7 @@ class Response:
                 "function_call": None,
             }
             if plan.tool_name is not None:
-                args = "".join(plan.pieces[1 : req.num_output])
+                args = "".join(plan.pieces[1 : min(req.num_output, plan.calls()[0][1])])
                 if req.finish_reason == "length":
                     # cut off: vLLM's parser finds no complete call, the raw text comes back
                     message["content"] = (
@@ -250,7 +261,10 @@ class Response:
                 else:
                     # named/required: content "" beside the call; auto: null
                     message["content"] = "" if plan.forced else None
-                    message["tool_calls"] = [{"id": plan.tool_id, "type": "function", "function": {"name": plan.tool_name, "arguments": args}}]  # fmt: skip
+                    message["tool_calls"] = [
+                        {"id": i, "type": "function", "function": {"name": n, "arguments": "".join(plan.pieces[s + 1 : e])}}
+                        for s, e, n, i in plan.calls()
+                    ]  # fmt: skip
             message["reasoning"] = None
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None, "token_ids": None, "routed_experts": None}  # fmt: skip
             body = {

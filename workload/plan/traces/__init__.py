@@ -10,11 +10,13 @@ from workload.plan.traces._agent import (
     write_agent_trace,
 )
 from workload.plan.traces._agent_export import export_run_sessions, run_agent_trace
+from workload.plan.traces._agent_fit import fit_agent_profile
 from workload.plan.traces._agent_import import (
     AGENT_FORMATS,
     detect_agent_format,
     detect_any,
     read_agent_trace,
+    recording_trace,
 )
 from workload.plan.traces._agent_replay import (
     AgentSession,
@@ -66,6 +68,8 @@ __all__ = [
     "AgentTrace",
     "ToolCall",
     "detect_agent_format",
+    "fit_agent_profile",
+    "recording_trace",
     "export_run_sessions",
     "run_agent_trace",
     "detect_any",

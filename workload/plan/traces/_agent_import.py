@@ -91,11 +91,26 @@ def _parse(data: bytes) -> Any:
         return _Bad(f"not valid JSON ({e.args[0] if e.args else e})")
 
 
+RECORDING_TRACE = "trace.jsonl"  # what `agentload record --out DIR` writes in DIR
+RECORDING_MARK = "exchanges.jsonl"
+
+
+def recording_trace(path: str | Path) -> Path | None:
+    """The trace of an `agentload record` directory (DIR/trace.jsonl), else None."""
+    p = Path(path)
+    if p.is_dir() and (p / RECORDING_TRACE).is_file() and (p / RECORDING_MARK).is_file():
+        return p / RECORDING_TRACE
+    return None
+
+
 def _files(path: Path) -> list[Path]:
     if not path.exists():
         raise TraceError(f"{path}: no such file or folder")
     if path.is_file():
         return [path]
+    rec = recording_trace(path)
+    if rec is not None:  # a recording: its trace, not its exchange log or bodies
+        return [rec]
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".txt"))
     if not files:
         raise TraceError(f"{path}: a folder without .jsonl files")
@@ -538,6 +553,8 @@ def detect_any(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         raise TraceError(f"{p}: no such file")
+    if recording_trace(p) is not None:
+        return AGENT_FORMAT
     if p.is_dir() and any(p.glob("requests*.jsonl")):
         return "requests"  # a run directory
     try:
