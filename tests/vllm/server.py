@@ -145,8 +145,11 @@ class VllmServer(ServerHttp):
             *self.extra_args,
         ]
 
-    def start(self, timeout_s: float = 240.0) -> None:
-        """Launch and wait for /health; raises RuntimeError with the log tail on failure."""
+    def start(self, timeout_s: float = 420.0) -> None:
+        """Launch and wait for /health; raises RuntimeError with the log tail on failure.
+
+        ~50 s on a quiet 2-core host; over 240 s was seen with a dozen other processes busy.
+        """
         problem = setup_problem(self.home)
         if problem:
             raise RuntimeError(problem)
