@@ -193,3 +193,10 @@ def test_inconclusive_lowest_load_is_said_and_not_a_capacity() -> None:
         "capacity: not found: the lowest load, 2 users, was inconclusive "
         "(chat.ttft_p95_ms had no samples in the window: lengthen --step-duration)"
     )
+
+
+def test_samples_leave_out_a_class_with_no_traffic_at_this_load(tmp_path: Path) -> None:
+    _write_step(tmp_path, ttft_ms=100.0)
+    slos = {"chat": {"ttft_p95_ms": 200.0}, "background": {"ttft_p95_ms": 200.0}}
+    agg, window, _ = window_aggregate(tmp_path, slos, warmup_s=2.0)
+    assert judge(agg, slos, window).samples == 32  # chat's, not background's 0

@@ -35,8 +35,10 @@ def _block_run(data: RunData, block: str) -> dict[str, Any]:
 
 def block_outcome(run: Mapping[str, Any]) -> dict[str, Any]:
     """One block run's outcome from its run.json: exit code, requests, failed SLO messages."""
-    summary = run.get("summary") if isinstance(run.get("summary"), dict) else {}
-    overall = summary.get("overall") if isinstance(summary.get("overall"), dict) else {}
+    summary = run.get("summary")
+    summary = summary if isinstance(summary, dict) else {}
+    overall = summary.get("overall")
+    overall = overall if isinstance(overall, dict) else {}
     slo = [r for r in run.get("slo_results") or [] if isinstance(r, dict)]
     failed = [str(r.get("message") or r.get("metric")) for r in slo if r.get("passed") is False]
     code = run.get("exit_code")

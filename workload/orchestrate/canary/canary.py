@@ -44,6 +44,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,10 @@ def _wait(
     return codes
 
 
+def _progress(label: str, outs: list[tuple[str, Path]], block_s: float, elapsed_s: float) -> None:
+    print(progress_line(label, outs, elapsed_s, block_s), flush=True)
+
+
 def _group_label(group: list[Job], blocks: int) -> str:
     name = group[0].out.name
     return f"{name} of {blocks}" if name.startswith("block-") else "the run"
@@ -227,12 +232,7 @@ def run_sides(
                 procs.append((job.name, launch(job.spec, job.log)))
                 state.started.append(job)
                 state.running = [p for _, p in procs]
-            codes = _wait(
-                procs, timeout_s,
-                lambda t, label=label, outs=outs: print(
-                    progress_line(label, outs, t, block_s), flush=True
-                ),
-            )  # fmt: skip
+            codes = _wait(procs, timeout_s, partial(_progress, label, outs, block_s))
         except STOPS as e:
             forward_stop(state.running, stop_signum(e))
             raise

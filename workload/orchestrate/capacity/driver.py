@@ -139,9 +139,10 @@ def judge(
     summary = agg.summary(window_s or None)
     results = evaluate_slos(agg, slos) if window_s else []
     values = {_label(r.class_name, r.metric): r.observed for r in results}
-    counts = [
-        n for cls, ks in slos.items() for k in ks if (n := _samples(summary, cls, k)) is not None
-    ]
+    counts = [  # a class this load runs no user of has no say in the sample count
+        n for cls, ks in slos.items() if _sent(summary, cls) for k in ks
+        if (n := _samples(summary, cls, k)) is not None
+    ]  # fmt: skip
     ov = summary["overall"]
     samples = min(counts) if counts else int(ov.get("requests", 0)) - int(ov.get("cancelled", 0))
     broken = any(
@@ -251,15 +252,18 @@ class CapacityDriver:
                      f"--max-error-ratio {limit:g}")  # fmt: skip
         if early:
             j.slo_met = False  # stopped because it was already far past an SLO
-        for r in j.extra["slo_results"]:
-            if r["observed"] is None:
-                why = ("inconclusive: a longer --step-duration gives it samples"
-                       if _label(r["class_name"], r["metric"]) in j.extra["inconclusive"]
-                       else "not applicable: no request of that class at this load")  # fmt: skip
-                self.log(f"agentload capacity: step {n}: {r['message']} in the measurement "
-                         f"window ({why})")  # fmt: skip
         stopped = signal_name(self.stopped) if self.stopped is not None else None
         verdict = "stopped" if stopped else step_verdict(j, early)
+        for r in j.extra["slo_results"]:
+            if r["observed"] is None:
+                if _label(r["class_name"], r["metric"]) not in j.extra["inconclusive"]:
+                    why = "not applicable: no request of that class at this load"
+                elif verdict == "inconclusive":
+                    why = "so the step is inconclusive: a longer --step-duration gives it samples"
+                else:
+                    why = f"the step is judged {verdict} on the others"
+                self.log(f"agentload capacity: step {n}: {r['message']} in the measurement "
+                         f"window ({why})")  # fmt: skip
         self.steps_extra.append(
             {"out": str(step_out), "early_stop": early, "stopped_by": stopped,
              "verdict": verdict, **j.extra}

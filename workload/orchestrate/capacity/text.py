@@ -20,7 +20,8 @@ def _rate_label(x: Any) -> str:
     return "-" if x is None else f"{_num(x)}/s ({_num(x * 60)}/min)"
 
 
-def _verdict(s: Mapping[str, Any]) -> str:
+def step_verdict_text(s: Mapping[str, Any]) -> str:
+    """A step's verdict as shown: pass, FAIL, inconclusive or stopped."""
     v = s.get("verdict") or ("pass" if s["slo_met"] else "fail")
     return {"pass": "pass", "fail": "FAIL"}.get(v, v)
 
@@ -44,7 +45,7 @@ def capacity_table(result: Mapping[str, Any]) -> str:
             [
                 str(i),
                 _num(s["load"]),
-                _verdict(s),
+                step_verdict_text(s),
                 _num(s.get("goodput")),
                 samples,
                 *(_num(s.get("slo_values", {}).get(k)) for k in keys),
