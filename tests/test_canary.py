@@ -13,6 +13,7 @@ from tests.builders import ClassSpec, write_run
 from workload.cli.main import main as agentload_main
 from workload.errors import CanaryError
 from workload.orchestrate.canary.canary import run_canary, run_command
+from workload.orchestrate.canary.console import progress_line
 
 BASE, CAND = "http://127.0.0.1:18001", "http://127.0.0.1:18002"
 
@@ -296,8 +297,10 @@ def test_console_shows_progress_inside_a_block_and_each_block_s_slo_failures(
         n_boot=100,
     )  # fmt: skip
     out = capsys.readouterr().out
+    # (the synthetic runs' requests started long ago: their traffic is over)
     assert re.search(
-        r"agentload canary: block-0 of 2: \d+ s of 10 s; baseline 40 requests, candidate 40 requests",
+        r"agentload canary: block-0 of 2: 10 s of traffic done, writing the summary; "
+        r"baseline 40 requests, candidate 40 requests",
         out,
     )
     assert "agentload canary: block-0 of 2 done: baseline exit 0; candidate exit 0" in out
@@ -306,3 +309,18 @@ def test_console_shows_progress_inside_a_block_and_each_block_s_slo_failures(
         "interactive: ttft_p95_ms = 3490 ms (need <= 2000, n=40) VIOLATED)"
     ) in out
     assert "agentload canary: SLOs failed in 1 of 4 block runs (candidate block-1)" in out
+
+
+def test_progress_counts_from_the_block_s_first_request(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+
+    def line(now: float) -> str:
+        return progress_line("block-0 of 8", [("baseline", a), ("candidate", b)], 12.0, 60.0, now)
+
+    assert line(1_000.0).endswith(": starting (12 s since launch); baseline 0 requests, "
+                                  "candidate 0 requests")  # fmt: skip
+    (a / "requests.jsonl").write_text(json.dumps({"t_start": 980.0}) + "\n")
+    assert ": 20 s of 60 s; baseline 1 requests, candidate 0 requests" in line(1_000.0)
+    assert ": 60 s of traffic done, writing the summary;" in line(1_041.0)

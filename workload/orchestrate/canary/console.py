@@ -7,6 +7,8 @@ from their run directories (requests recorded so far; run.json once a block ende
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,12 +27,41 @@ def _requests(out: Path) -> int:
         return 0
 
 
+def _first_start(out: Path) -> float | None:
+    """The unix time the block's first recorded request started (None: none yet)."""
+    starts = []
+    for p in Path(out).glob("requests*.jsonl"):
+        try:
+            with open(p, "rb") as fh:
+                line = fh.readline()
+            t = json.loads(line).get("t_start") if line.endswith(b"\n") else None
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(t, (int, float)):
+            starts.append(float(t))
+    return min(starts) if starts else None
+
+
 def progress_line(
-    label: str, outs: Sequence[tuple[str, Path]], elapsed_s: float, block_s: float
+    label: str,
+    outs: Sequence[tuple[str, Path]],
+    since_launch_s: float,
+    block_s: float,
+    now: float | None = None,
 ) -> str:
-    """`agentload canary: block-3 of 8: 20 s of 60 s; baseline 45 requests, candidate 44`."""
+    """`agentload canary: block-3 of 8: 20 s of 60 s; baseline 45 requests, candidate 44
+    requests`: seconds since the block's first request (its runs start first: the profile,
+    the probe, Locust), or "starting" / "writing its summary" around the traffic."""
     counts = ", ".join(f"{side} {_requests(out)} requests" for side, out in outs)
-    return f"agentload canary: {label}: {elapsed_s:.0f} s of {block_s:g} s; {counts}"
+    firsts = [t for t in (_first_start(out) for _, out in outs) if t is not None]
+    now = time.time() if now is None else now
+    if not firsts:
+        where = f"starting ({since_launch_s:.0f} s since launch)"
+    elif now - min(firsts) <= block_s:
+        where = f"{max(0.0, now - min(firsts)):.0f} s of {block_s:g} s"
+    else:
+        where = f"{block_s:g} s of traffic done, writing the summary"
+    return f"agentload canary: {label}: {where}; {counts}"
 
 
 def outcome(out: Path) -> dict[str, Any]:
