@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -10,6 +13,7 @@ from tests.builders import ClassSpec, write_run
 from workload.cli.main import main as agentload_main
 from workload.errors import CanaryError
 from workload.orchestrate.canary.canary import run_canary, run_command
+from workload.orchestrate.canary.console import progress_line
 
 BASE, CAND = "http://127.0.0.1:18001", "http://127.0.0.1:18002"
 
@@ -252,3 +256,71 @@ def test_main_canary_bad_input(tmp_path, capsys, argv, msg):
     assert agentload_main(["canary", *argv, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+class _Running:
+    """A launcher whose runs take `seconds` (a real child process), writing synthetic runs;
+    block `fail_block`'s candidate run fails an SLO (exit 3)."""
+
+    def __init__(self, seconds: float, fail_block: str = "block-1") -> None:
+        self.seconds, self.fail_block = seconds, fail_block
+
+    def __call__(self, spec, log):
+        out = __import__("pathlib").Path(spec.out)
+        write_run(out, classes={"interactive": ClassSpec(sessions=20, steps=2)},
+                  traffic_seed=spec.seed, seed=spec.seed)  # fmt: skip
+        failing = spec.host == CAND and out.name == self.fail_block
+        run = json.loads((out / "run.json").read_text())
+        run["exit_code"] = 3 if failing else 0
+        msg = "interactive: ttft_p95_ms = 3490 ms (need <= 2000, n=40) VIOLATED"
+        run["slo_results"] = [{"class_name": "interactive", "metric": "ttft_p95_ms",
+                               "passed": not failing, "message": msg}]  # fmt: skip
+        (out / "run.json").write_text(json.dumps(run))
+        code = 3 if failing else 0
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"import time, sys; time.sleep({self.seconds}); sys.exit({code})",
+            ]
+        )
+
+
+def test_console_shows_progress_inside_a_block_and_each_block_s_slo_failures(
+    tmp_path, capsys, monkeypatch
+):
+    # The console once said only "starting ... block-N": nothing while a block ran, and
+    # nothing when six of eight blocks exited 3 on an SLO.
+    monkeypatch.setattr("workload.orchestrate.canary.canary.PROGRESS_S", 0.2)
+    run_canary(
+        BASE, CAND, ["--duration", "10s"], tmp_path, blocks=2, launch=_Running(1.0), html=False,
+        n_boot=100,
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    # (the synthetic runs' requests started long ago: their traffic is over)
+    assert re.search(
+        r"agentload canary: block-0 of 2: 10 s of traffic done, writing the summary; "
+        r"baseline 40 requests, candidate 40 requests",
+        out,
+    )
+    assert "agentload canary: block-0 of 2 done: baseline exit 0; candidate exit 0" in out
+    assert (
+        "agentload canary: block-1 of 2 done: baseline exit 0; candidate exit 3 (SLO failed: "
+        "interactive: ttft_p95_ms = 3490 ms (need <= 2000, n=40) VIOLATED)"
+    ) in out
+    assert "agentload canary: SLOs failed in 1 of 4 block runs (candidate block-1)" in out
+
+
+def test_progress_counts_from_the_block_s_first_request(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+
+    def line(now: float) -> str:
+        return progress_line("block-0 of 8", [("baseline", a), ("candidate", b)], 12.0, 60.0, now)
+
+    assert line(1_000.0).endswith(": starting (12 s since launch); baseline 0 requests, "
+                                  "candidate 0 requests")  # fmt: skip
+    (a / "requests.jsonl").write_text(json.dumps({"t_start": 980.0}) + "\n")
+    assert ": 20 s of 60 s; baseline 1 requests, candidate 0 requests" in line(1_000.0)
+    assert ": 60 s of traffic done, writing the summary;" in line(1_041.0)

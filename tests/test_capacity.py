@@ -252,10 +252,22 @@ def test_capacity_table_text():
     r = capacity_search(search_spec("users", 2, 64), knee(20, samples_per_load=10))
     text = capacity_table(r.to_dict())
     lines = text.splitlines()
-    assert lines[0].split() == ["#", "users", "SLO", "goodput", "samples", "ttft_p95_ms"]
+    assert lines[0].split() == ["#", "users", "SLO", "goodput", "req/s", "samples", "ttft_p95_ms"]
     assert "FAIL" in text and "pass" in text
     assert "capacity: 20 users; first failing 21" in text
     assert "(few)" in text
+
+
+def test_a_search_that_never_failed_says_raise_max():
+    # The documented example once ended at "capacity: 64 users (the maximum tried)": a
+    # search that met no failing load has found no limit, and the answer has to say so.
+    r = capacity_search(search_spec("users", 2, 64), knee(1000, samples_per_load=300))
+    text = capacity_table(r.to_dict())
+    assert r.stop_reason == "max_passed"
+    assert (
+        text.splitlines()[-1]
+        == "capacity: at least 64 users: no limit found up to 64 users: raise --max"
+    )
 
 
 def test_capacity_table_rate_and_below_min():
@@ -264,5 +276,8 @@ def test_capacity_table_rate_and_below_min():
     assert "rate/s" in text.splitlines()[0]
     assert "below the minimum (1/s (60/min) already fails" in text
     r = capacity_search(search_spec("arrival_rate", 0.5, 2), knee(100))
-    assert "capacity: 2/s (120/min) (the maximum tried)" in capacity_table(r.to_dict())
+    assert (
+        "capacity: at least 2/s (120/min): no limit found up to 2/s (120/min): raise --max"
+        in capacity_table(r.to_dict())
+    )
     assert not math.isnan(r.capacity or 0)

@@ -12,9 +12,15 @@ import pytest
 from tests.stats_builders import req, sess
 from workload.cli.main import main
 from workload.measure.artifacts import JsonlWriter
-from workload.orchestrate.capacity.driver import CapacityDriver, judge, window_aggregate
+from workload.orchestrate.capacity.driver import (
+    CapacityDriver,
+    judge,
+    step_verdict,
+    window_aggregate,
+)
 from workload.orchestrate.capacity.page import capacity_html
 from workload.orchestrate.capacity.search import search_spec
+from workload.orchestrate.capacity.text import answer_line, capacity_table
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "capacity_kv.yaml")
 SLOS = {"chat": {"ttft_p95_ms": 200.0}}
@@ -142,3 +148,55 @@ def test_errors_above_the_run_limit_fail_the_window(tmp_path: Path) -> None:
     assert judge(agg, SLOS, window).slo_met
     j = judge(agg, SLOS, window, max_error_ratio=0.05)
     assert not j.slo_met and j.extra["error_ratio"] == pytest.approx(8 / 40)
+
+
+def test_an_slo_without_samples_makes_the_step_inconclusive(tmp_path: Path) -> None:
+    # docs/capacity.md: a metric with no samples cannot pass a step. Before, the step's
+    # "not judged" SLO counted as met, and a load nobody had verified became the capacity.
+    _write_step(tmp_path, ttft_ms=100.0)
+    (tmp_path / "sessions.jsonl").write_text("")  # no session finished inside the window
+    slos = {"chat": {"ttft_p95_ms": 200.0, "session_success_ratio": 0.9}}
+    agg, window, _ = window_aggregate(tmp_path, slos, warmup_s=2.0)
+    j = judge(agg, slos, window)
+    assert not j.slo_met
+    assert j.extra["inconclusive"] == ["chat.session_success_ratio"]
+    assert step_verdict(j) == "inconclusive"
+    # a violated SLO next to it is a plain failure
+    agg, window, _ = window_aggregate(
+        tmp_path, {"chat": {**slos["chat"], "ttft_p95_ms": 50.0}}, 2.0
+    )
+    assert (
+        step_verdict(judge(agg, {"chat": {**slos["chat"], "ttft_p95_ms": 50.0}}, window)) == "fail"
+    )
+
+
+def test_an_slo_of_a_class_with_no_traffic_at_this_load_is_not_applicable(tmp_path: Path) -> None:
+    # 2 users of a 3:1 profile run no user of the small class: nothing there to judge.
+    _write_step(tmp_path, ttft_ms=100.0)
+    slos = {"chat": {"ttft_p95_ms": 200.0}, "background": {"ttft_p95_ms": 200.0}}
+    agg, window, _ = window_aggregate(tmp_path, slos, warmup_s=2.0)
+    j = judge(agg, slos, window)
+    assert j.slo_met and step_verdict(j) == "pass"
+    assert j.extra["not_applicable"] == ["background.ttft_p95_ms"] and not j.extra["inconclusive"]
+
+
+def test_inconclusive_lowest_load_is_said_and_not_a_capacity() -> None:
+    result = {
+        "dimension": "users", "capacity": None, "first_failing": 2, "stop_reason": "min_failed",
+        "bounds": {"min": 2, "max": 64},
+        "steps": [{"load": 2, "slo_met": False, "verdict": "inconclusive", "samples": 30,
+                   "inconclusive": ["chat.ttft_p95_ms"], "slo_values": {}}],
+    }  # fmt: skip
+    text = capacity_table(result)
+    assert "inconclusive" in text.splitlines()[2]
+    assert answer_line(result) == (
+        "capacity: not found: the lowest load, 2 users, was inconclusive "
+        "(chat.ttft_p95_ms had no samples in the window: lengthen --step-duration)"
+    )
+
+
+def test_samples_leave_out_a_class_with_no_traffic_at_this_load(tmp_path: Path) -> None:
+    _write_step(tmp_path, ttft_ms=100.0)
+    slos = {"chat": {"ttft_p95_ms": 200.0}, "background": {"ttft_p95_ms": 200.0}}
+    agg, window, _ = window_aggregate(tmp_path, slos, warmup_s=2.0)
+    assert judge(agg, slos, window).samples == 32  # chat's, not background's 0

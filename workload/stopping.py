@@ -18,7 +18,10 @@ launcher and the Locust child all stop through this module.
   arriving twice within ``SAME_STOP_S`` (a terminal's Ctrl-C to the group plus a
   supervisor passing it on) is one stop, a later one stops at once.
 * **Children of orchestration** (canary sides, capacity steps, servers, the simulator):
-  ``die_with_parent`` at start, ``stop_child`` (signal, wait, kill) at the end.
+  ``die_with_parent`` at start, ``stop_child`` (signal, wait, kill) at the end. A stop of
+  the orchestrator itself (canary, capacity run under ``before_run`` too, so SIGTERM / SIGHUP
+  raise like Ctrl-C) reaches the running children through ``forward_stop``: they finish
+  their runs, the orchestrator writes what it has and ends with ``stopped_line``.
 
 Exit status of a stopped run: 128 + the signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP),
 with its artifacts complete.
@@ -208,6 +211,57 @@ def kill_group(pgid: int) -> None:
     """SIGKILL a whole process group (forked workers that outlived their master)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------------------------
+# an orchestrator's stop (canary, capacity): its children finish their runs
+
+# What a stop signal raises in an orchestrator under ``before_run``: Ctrl-C's
+# KeyboardInterrupt, or StoppedBeforeRun for SIGTERM / SIGHUP.
+STOPS = (KeyboardInterrupt, StoppedBeforeRun)
+
+
+def stop_signum(exc: BaseException) -> int:
+    """The signal behind a caught stop (one of STOPS): SIGINT for Ctrl-C."""
+    return exc.signum if isinstance(exc, StoppedBeforeRun) else int(signal.SIGINT)
+
+
+def forward_stop(
+    procs: list[subprocess.Popen[bytes]], signum: int, *, timeout_s: float = HARD_STOP_AFTER_S + 10
+) -> list[int]:
+    """Pass a stop on to running children (each an `agentload run` or a Locust child, which
+    finishes its run: in-flight requests recorded, summary written) and wait for them.
+
+    A further stop signal while they finish is passed on too (a second press: stop at once);
+    the same stop delivered twice at once (a terminal's Ctrl-C reaches the children as well)
+    is passed on once. A child still running after `timeout_s` is killed. Returns the exit
+    statuses; stop signals are ignored afterwards (the orchestrator writes its outputs).
+    """
+    latch = StopLatch()
+    latch.receive(signum)
+
+    def again(sig: int, _frame: FrameType | None) -> None:
+        if latch.receive(sig) == "same":
+            return
+        latch.at = time.monotonic()
+        for p in procs:
+            if p.poll() is None:
+                _signal(p, sig, False)
+
+    previous = {sig: signal.signal(sig, again) for sig in STOP_SIGNALS}
+    try:
+        for p in procs:
+            if p.poll() is None:
+                _signal(p, signum, False)
+        return [stop_child(p, sig=None, timeout_s=timeout_s) for p in procs]
+    finally:
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def stopped_line(signum: int, what: str) -> str:
+    """The last line of an orchestrator stopped by `signum` after traffic began."""
+    return f"agentload: exit {exit_code_for_signal(signum)}: interrupted ({signal_name(signum)}); {what}"
 
 
 # ---------------------------------------------------------------------------------------------

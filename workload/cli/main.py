@@ -40,6 +40,8 @@ __all__ = ["main", "resolve_run"]
 
 # With --spec only these options may be given (the spec holds everything else).
 SPEC_COMPANIONS = ("spec_file", "out", "overwrite")
+# Commands whose stop signals take the one stop path (workload.stopping).
+STOPPABLE = ("run", "canary", "capacity")
 
 
 def resolve_run(argv: list[str]) -> RunSpec:
@@ -210,8 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # `run`: a SIGTERM / SIGHUP while the profile loads, the target is probed or the
         # simulator starts is one line and 143 / 129, like Ctrl-C (run_child routes them
-        # once the Locust child starts).
-        with before_run() if name == "run" else contextlib.nullcontext():
+        # once the Locust child starts). `canary` and `capacity`: the same, and once their
+        # children run they catch the stop themselves (stopping.forward_stop) and end with
+        # their own line, so what already ran is kept and said.
+        with before_run() if name in STOPPABLE else contextlib.nullcontext():
             return run_edge(lambda: command(rest))
     except StoppedBeforeRun as e:
         print(stopped_before_run_line(e.signum), file=sys.stderr)

@@ -15,15 +15,9 @@ from workload.analyze.catalogue import (
 )
 from workload.analyze.comparison import Comparison
 from workload.analyze.render import fmt_change, fmt_threshold, fmt_value, headline
+from workload.report.blocks import block_rows, side_header, side_summary, slo_failure_count
 from workload.report.run_charts import run_charts
-from workload.report.views import (
-    SUMMARY_COLUMNS,
-    fmt_num,
-    render_page,
-    run_header,
-    run_summary,
-    summary_rows,
-)
+from workload.report.views import SUMMARY_COLUMNS, fmt_num, render_page, summary_rows
 
 
 def _metric_row(m: MetricDiff) -> dict[str, Any]:
@@ -48,7 +42,9 @@ def _metric_row(m: MetricDiff) -> dict[str, Any]:
 def write_compare_report(comparison: Comparison, out: Path) -> Path:
     """Write the A/B report: verdict and fingerprint diff on top, then A and B overlaid."""
     c = comparison
-    sa, sb = run_summary(c.run_a), run_summary(c.run_b)
+    # A canary side of blocks is described as a whole (every block merged), never as block-0.
+    sa, sb = side_summary(c.run_a), side_summary(c.run_b)
+    blocks = block_rows(c.run_a, c.run_b)
     classes = sorted(set(sa.get("by_class") or {}) | set(sb.get("by_class") or {})) or [
         x for x in sorted(set(c.run_a.classes) | set(c.run_b.classes)) if x
     ]
@@ -88,8 +84,10 @@ def write_compare_report(comparison: Comparison, out: Path) -> Path:
             "weighted": c.weighted_alpha,
             "gating": c.gating,
             "n_boot": c.n_boot,
-            "header_a": run_header(c.run_a),
-            "header_b": run_header(c.run_b),
+            "header_a": side_header(c.run_a),
+            "header_b": side_header(c.run_b),
+            "blocks": blocks,
+            "blocks_slo_failed": slo_failure_count(blocks),
             "fp_diff": _fp_diff_rows(c),
             "gated": [_metric_row(m) for m in c.rows(gated=True)],
             "detail": [_metric_row(m) for m in detail],

@@ -36,13 +36,15 @@ else 2).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,13 @@ from workload.analyze.traffic import VALIDATED_BLOCKS
 from workload.analyze.verdict import compare_runs
 from workload.errors import EXIT_BAD_INPUT, EXIT_REGRESSION, CanaryError, UsageError
 from workload.measure.artifacts import write_json
+from workload.orchestrate.canary.console import (
+    PROGRESS_S,
+    outcome,
+    outcome_line,
+    progress_line,
+    tally_line,
+)
 from workload.orchestrate.canary.early_stop import EARLY_FIRST_LOOK, EarlyStop
 from workload.orchestrate.canary.servers import (
     Probe,
@@ -65,7 +74,17 @@ from workload.orchestrate.canary.servers import (
 from workload.report.compare_report import write_compare_report
 from workload.run.options import build_run_parser, raw_values
 from workload.run.spec import RunSpec, resolve_spec
-from workload.stopping import die_with_parent, stop_child
+from workload.stopping import (
+    STOPS,
+    die_with_parent,
+    exit_code_for_signal,
+    forward_stop,
+    ignore_stops,
+    signal_name,
+    stop_child,
+    stop_signum,
+    stopped_line,
+)
 
 MODES = ("simultaneous", "sequential", "interleaved")
 # The default design: 8 blocks per side, each one run of the profile's length (mixed: 60 s,
@@ -126,9 +145,12 @@ def _launch(spec: RunSpec, log: Path) -> subprocess.Popen[bytes]:
     env.setdefault("PYTHONUNBUFFERED", "1")
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
+        # Its own session: a terminal's Ctrl-C reaches the canary only, which passes exactly
+        # one stop on (stopping.forward_stop); two copies a moment apart would be a second
+        # press to the child, "stop at once", and its run would lose its summary.
         proc = subprocess.Popen(  # noqa: PLW1509 - preexec_fn only sets the death signal
             run_command(), stdin=subprocess.PIPE, stdout=fh, stderr=subprocess.STDOUT, env=env,
-            preexec_fn=die_with_parent(),
+            preexec_fn=die_with_parent(), start_new_session=True,
         )  # fmt: skip
     assert proc.stdin is not None
     proc.stdin.write(spec.to_json().encode())
@@ -136,16 +158,48 @@ def _launch(spec: RunSpec, log: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _wait(procs: list[tuple[str, subprocess.Popen[bytes]]], timeout_s: float) -> dict[str, int]:
-    deadline = time.monotonic() + timeout_s
+@dataclass
+class Progress:
+    """What the canary has run so far (read when a stop signal ends it half-way)."""
+
+    started: list[Job] = field(default_factory=list)  # every job launched, in order
+    running: list[subprocess.Popen[bytes]] = field(default_factory=list)  # the group now
+    codes: dict[str, int] = field(default_factory=dict)  # job name -> exit status
+
+
+def _wait(
+    procs: list[tuple[str, subprocess.Popen[bytes]]],
+    timeout_s: float,
+    tick: Callable[[float], None] | None = None,
+) -> dict[str, int]:
+    """Wait for the group's runs; `tick(elapsed_s)` every PROGRESS_S while they run."""
+    start = time.monotonic()
+    deadline, next_tick = start + timeout_s, start + PROGRESS_S
     codes: dict[str, int] = {}
     for name, p in procs:
-        try:
-            codes[name] = p.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            codes[name] = stop_child(p, timeout_s=30)
-            print(f"agentload canary: {name} ran past its time and was stopped", file=sys.stderr)
+        while name not in codes:
+            now = time.monotonic()
+            if now >= deadline:
+                codes[name] = stop_child(p, timeout_s=30)
+                print(
+                    f"agentload canary: {name} ran past its time and was stopped", file=sys.stderr
+                )
+                break
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                codes[name] = p.wait(timeout=max(0.05, min(1.0, deadline - now, next_tick - now)))
+            if tick is not None and time.monotonic() >= next_tick and name not in codes:
+                tick(time.monotonic() - start)
+                next_tick += PROGRESS_S
     return codes
+
+
+def _progress(label: str, outs: list[tuple[str, Path]], block_s: float, elapsed_s: float) -> None:
+    print(progress_line(label, outs, elapsed_s, block_s), flush=True)
+
+
+def _group_label(group: list[Job], blocks: int) -> str:
+    name = group[0].out.name
+    return f"{name} of {blocks}" if name.startswith("block-") else "the run"
 
 
 def run_sides(
@@ -154,22 +208,34 @@ def run_sides(
     launch: Launcher,
     before: Callable[[list[Job]], None] | None = None,
     after: Callable[[], bool] | None = None,
+    progress: Progress | None = None,
+    block_s: float = 0.0,
 ) -> dict[str, int]:
     """Run job groups one after another; the jobs inside a group run at once.
 
     `before(group)` runs first for each group (the canary's servers start there);
     `after()` runs after each group, and True stops the schedule there (early stop).
+    A stop signal (stopping.STOPS) is passed on to the running jobs, which finish their
+    runs, and raised again once they have; `progress` says what ran.
     """
-    codes: dict[str, int] = {}
+    state = progress if progress is not None else Progress()
+    blocks = sum(1 for g in jobs if g[0].side == jobs[0][0].side) if jobs else 0
     for group in jobs:
         if before is not None:
             before(group)
         procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        label = _group_label(group, blocks)
+        outs = [(job.side, job.out) for job in group]
         try:
             for job in group:
                 print(f"agentload canary: starting {job.name}", flush=True)
                 procs.append((job.name, launch(job.spec, job.log)))
-            codes.update(_wait(procs, timeout_s))
+                state.started.append(job)
+                state.running = [p for _, p in procs]
+            codes = _wait(procs, timeout_s, partial(_progress, label, outs, block_s))
+        except STOPS as e:
+            forward_stop(state.running, stop_signum(e))
+            raise
         except BaseException:
             for _, p in procs:  # signal all first, so the sides stop together
                 if p.poll() is None:
@@ -177,6 +243,9 @@ def run_sides(
             for _, p in procs:
                 stop_child(p, sig=None, timeout_s=30)
             raise
+        state.codes.update(codes)
+        state.running = []
+        print(outcome_line(label, [(j.side, j.out, codes[j.name]) for j in group]), flush=True)
         for name, code in codes.items():
             if code == EXIT_BAD_INPUT:
                 raise CanaryError(
@@ -184,7 +253,7 @@ def run_sides(
                 )
         if after is not None and after():
             break
-    return codes
+    return state.codes
 
 
 def block_seconds(duration_s: float, mode: str, blocks: int, block_s: float | None) -> float:
@@ -291,40 +360,93 @@ def run_canary(
             startups.extend((j.out, recs[j.side]) for j in group if j.side in recs)
 
     looks = EarlyStop(out_dir, blocks, thresholds, confidence, n_boot) if early_stop else None
-    try:
-        run_sides(groups, timeout, launch, start_servers, looks.look if looks else None)
-    except StartupFailure as e:
-        assert pool is not None
-        return _startup_verdict(e, pool, out_dir, mode, run_args)
-    finally:
-        if pool is not None:
-            pool.close()
-        for run_dir, rec in startups:  # after the stop, so the record has its stop time
-            attach_startup(run_dir, rec)
-
-    if looks is not None and looks.stopped is not None:
-        cmp = looks.stopped  # the interim comparison that settled it
-    else:
-        cmp = compare_runs(
-            out_dir / "baseline",
-            out_dir / "candidate",
-            thresholds,
-            confidence=looks.final_confidence() if looks else confidence,
-            n_boot=n_boot,
-        )
-    add_startup(cmp, startup_flags)
     canary: dict[str, Any] = {
         "mode": mode,
         "baseline": urls["baseline"],
         "candidate": urls["candidate"],
         "run_args": list(run_args),
     }
+    state = Progress()
+    try:
+        try:
+            run_sides(
+                groups, timeout, launch, start_servers, looks.look if looks else None, state, bs
+            )
+        finally:
+            if pool is not None:
+                pool.close()
+            for run_dir, rec in startups:  # after the stop, so the record has its stop time
+                attach_startup(run_dir, rec)
+        tally = tally_line([j.out for j in state.started])
+        if tally:
+            print(tally, flush=True)
+        if looks is not None and looks.stopped is not None:
+            cmp = looks.stopped  # the interim comparison that settled it
+        else:
+            cmp = compare_runs(
+                out_dir / "baseline",
+                out_dir / "candidate",
+                thresholds,
+                confidence=looks.final_confidence() if looks else confidence,
+                n_boot=n_boot,
+            )
+    except StartupFailure as e:
+        assert pool is not None
+        return _startup_verdict(e, pool, out_dir, mode, run_args)
+    except STOPS as e:
+        if not state.started:
+            raise  # nothing ran: the edge's "before the run started" line is the truth
+        if pool is not None:
+            canary["servers"] = pool.records
+        return _stopped(stop_signum(e), state, out_dir, canary)
+    add_startup(cmp, startup_flags)
     if looks is not None:
         canary["early_stop"] = looks.record()
     if pool is not None:
         canary["servers"] = pool.records
     _write_verdict(cmp, canary, out_dir, html)
     return cmp.exit_code
+
+
+def _stopped(signum: int, state: Progress, out_dir: Path, canary: dict[str, Any]) -> int:
+    """A stop signal after blocks started: the running blocks have finished their runs
+    (forward_stop); comparison.json says what ran, the console says it, 128 + the signal."""
+    ignore_stops()  # what follows is a few writes; a late press must not cut them
+    code = exit_code_for_signal(signum)
+    during = [j.name for j in state.started if state.codes.get(j.name) is None]
+    # blocks that ran to their end on both sides (a stopped block's run is complete, but short)
+    done = min(sum(1 for j in state.started if j.side == side and j.name not in during)
+               for side in SIDES)  # fmt: skip
+    runs = [
+        {"run": j.name, "out": str(j.out), **outcome(j.out), "interrupted": j.name in during}
+        for j in state.started
+    ]
+    where = f"during {' and '.join(during)}" if during else "between blocks"
+    write_json(
+        out_dir / "comparison.json",
+        {
+            "schema_version": 1,
+            "verdict": "stopped",
+            "exit_code": code,
+            "reason": f"interrupted ({signal_name(signum)}) {where}",
+            "paired_blocks_complete": done,
+            "block_runs": runs,
+            "canary": canary,
+        },
+    )
+    tally = tally_line([j.out for j in state.started])
+    if tally:
+        print(tally, flush=True)
+    print(
+        stopped_line(
+            signum,
+            f"canary stopped {where}; {len(state.started)} block runs in {out_dir} (each "
+            f"complete, {done} paired block(s) finished on both sides); no verdict: "
+            f"`agentload compare {out_dir / 'baseline'} {out_dir / 'candidate'}` judges what ran",
+        ),
+        flush=True,
+    )
+    return code
 
 
 def _check_canary(mode: str, out_dir: Path, blocks: int, early_stop: bool) -> None:

@@ -6,7 +6,9 @@ search's own. Without --host the embedded simulator starts once and stays warm f
 step. Each step is an `agentload run` at one load (Locust, the same RunSpec), written to
 `<out>/steps/NN`; `workload.orchestrate.capacity.driver` judges its measurement window.
 
-Exit codes: 0 a capacity was found, 3 even --min fails its SLOs, 2 bad input.
+Exit codes: 0 a capacity was found, 3 even --min fails its SLOs, 4 --min was inconclusive
+(an SLO without samples), 2 bad input, 128 + the signal when stopped (130 Ctrl-C, 143 SIGTERM:
+the running step finishes its run, capacity.json / capacity.html hold the steps so far).
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ import os
 import subprocess
 from pathlib import Path
 
-from workload.errors import EXIT_OK, EXIT_SLO, ArgParser, SetupError, UsageError
+from workload.errors import (
+    EXIT_INCONCLUSIVE,
+    EXIT_OK,
+    EXIT_SLO,
+    ArgParser,
+    SetupError,
+    UsageError,
+)
 from workload.measure import artifacts
 from workload.measure.slo import validate_slos
 from workload.orchestrate.capacity.driver import CapacityDriver, write_outputs
@@ -26,7 +35,7 @@ from workload.orchestrate.simhost import start_embedded_sim
 from workload.plan.arrivals import ArrivalSpec, arrival_spec
 from workload.run.options import OPTIONS, add_options, parse_duration, raw_values
 from workload.run.spec import RunSpec, apply_arrival, resolve_spec, with_arrival, write_spec
-from workload.stopping import die_with_parent
+from workload.stopping import die_with_parent, exit_code_for_signal, stopped_line
 
 # Set per step by the search, or meaningless for it.
 _NOT_HERE = ("users", "duration_s", "web", "web_port", "spawn_rate", "sessions_per_user")
@@ -149,7 +158,16 @@ def _search(
             s["too_few_samples"] = bool(need) and s["samples"] < need
         print(write_outputs(Path(spec.out), result), flush=True)
         print(f"agentload: capacity.json and capacity.html in {spec.out}", flush=True)
-        return EXIT_SLO if result["capacity"] is None else EXIT_OK
+        if driver.stopped is not None:
+            print(stopped_line(driver.stopped, f"capacity search stopped after "
+                               f"{len(result['steps'])} step(s); every step's run and "
+                               f"capacity.json / capacity.html in {spec.out} are complete"),
+                  flush=True)  # fmt: skip
+            return exit_code_for_signal(driver.stopped)
+        if result["capacity"] is None:
+            first = result["steps"][0] if result["steps"] else {}
+            return EXIT_INCONCLUSIVE if first.get("verdict") == "inconclusive" else EXIT_SLO
+        return EXIT_OK
     finally:
         if sim is not None:
             sim.stop()
@@ -195,6 +213,7 @@ def _start_step(
             preexec_fn=die_with_parent(),
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # a stop reaches it once, from here (stopping.forward_stop)
         )
 
 

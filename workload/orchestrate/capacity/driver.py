@@ -38,9 +38,17 @@ from workload.orchestrate.capacity.search import (
     StepResult,
     capacity_search,
     clearly_broken,
+    stopped_result,
 )
 from workload.orchestrate.capacity.text import capacity_table
-from workload.stopping import stop_child
+from workload.stopping import (
+    STOPS,
+    forward_stop,
+    ignore_stops,
+    signal_name,
+    stop_child,
+    stop_signum,
+)
 
 POLL_S = 1.0
 EARLY_STOP_SAMPLES = 20  # a step this far past an SLO on this many samples will not recover
@@ -131,9 +139,10 @@ def judge(
     summary = agg.summary(window_s or None)
     results = evaluate_slos(agg, slos) if window_s else []
     values = {_label(r.class_name, r.metric): r.observed for r in results}
-    counts = [
-        n for cls, ks in slos.items() for k in ks if (n := _samples(summary, cls, k)) is not None
-    ]
+    counts = [  # a class this load runs no user of has no say in the sample count
+        n for cls, ks in slos.items() if _sent(summary, cls) for k in ks
+        if (n := _samples(summary, cls, k)) is not None
+    ]  # fmt: skip
     ov = summary["overall"]
     samples = min(counts) if counts else int(ov.get("requests", 0)) - int(ov.get("cancelled", 0))
     broken = any(
@@ -157,11 +166,45 @@ def judge(
     }
     errors = ov.get("error_ratio")
     extra["error_ratio"] = errors
+    extra["max_error_ratio"] = max_error_ratio
     too_many_errors = (
         max_error_ratio is not None and errors is not None and errors > max_error_ratio
     )
-    met = bool(results) and all(r.passed for r in results) and not too_many_errors
+    # An SLO without samples is not judged (measure.slo). Where its class sent requests in
+    # the window the step is inconclusive: it cannot count as a pass. A class this load runs
+    # no user of (2 users of a 3:1 profile) has nothing to judge there: not applicable.
+    unjudged = [r for r in results if not r.judged]
+    inconclusive = [
+        _label(r.class_name, r.metric) for r in unjudged if _sent(summary, r.class_name)
+    ]
+    extra["inconclusive"] = inconclusive
+    extra["not_applicable"] = [
+        _label(r.class_name, r.metric) for r in unjudged if not _sent(summary, r.class_name)
+    ]
+    met = (
+        bool(results) and all(r.passed for r in results) and not too_many_errors
+        and not inconclusive
+    )  # fmt: skip
     return WindowJudgement(met, values, samples, extra, broken)
+
+
+def step_verdict(j: WindowJudgement, early: bool = False) -> str:
+    """ "pass", "fail", or "inconclusive" (no SLO violated, but one could not be judged)."""
+    if j.slo_met:
+        return "pass"
+    if early or not j.extra.get("inconclusive"):
+        return "fail"
+    judged_ok = all(r["passed"] for r in j.extra["slo_results"])
+    limit = j.extra.get("max_error_ratio")
+    errors = j.extra.get("error_ratio")
+    return "inconclusive" if judged_ok and not (limit is not None and errors is not None
+                                                and errors > limit) else "fail"  # fmt: skip
+
+
+def _sent(summary: Mapping[str, Any], cls: str) -> bool:
+    """Whether class `cls` (OVERALL: any class) sent a request in the window."""
+    view = summary["overall"] if cls == OVERALL else (summary.get("by_class") or {}).get(cls)
+    return bool((view or {}).get("requests"))
 
 
 @dataclass
@@ -176,6 +219,8 @@ class CapacityDriver:
     log: Callable[[str], None] = print
     max_error_ratio: float | None = None  # a window above it fails (the run's --max-error-ratio)
     steps_extra: list[dict[str, Any]] = field(default_factory=list)
+    results: list[StepResult] = field(default_factory=list)
+    stopped: int | None = None  # the stop signal that ended the search
 
     def measure(self, load: float) -> StepResult:
         """Run one step at ``load``; judge its window. Raises RuntimeError if the run failed."""
@@ -183,10 +228,22 @@ class CapacityDriver:
         step_out = self.out / "steps" / f"{n:02d}"
         self.log(f"agentload capacity: step {n}: load {load:g} -> {step_out}")
         proc = self.start_step(load, step_out)
-        early, stopped = self._watch(proc, step_out)
+        try:
+            early, stopped = self._watch(proc, step_out)
+        except STOPS as e:
+            # The search is stopped: the step's run finishes (its artifacts complete), its
+            # window so far is judged and kept, marked stopped; the search ends here.
+            self.stopped = stop_signum(e)
+            forward_stop([proc], self.stopped)
+            self._keep(load, step_out, n, early=False)
+            raise
         code = proc.wait()
         if code not in (0, 1, 3) and not stopped:
             raise RuntimeError(f"the step at load {load:g} failed (exit {code}); see {step_out}")
+        return self._keep(load, step_out, n, early)
+
+    def _keep(self, load: float, step_out: Path, n: int, early: bool) -> StepResult:
+        """Judge a step's window, say what is worth saying, keep its fields; its result."""
         agg, window, _ = window_aggregate(step_out, self.slos, self.warmup_s, self.window_s)
         j = judge(agg, self.slos, window, self.max_error_ratio)
         errors, limit = j.extra["error_ratio"], self.max_error_ratio
@@ -195,12 +252,25 @@ class CapacityDriver:
                      f"--max-error-ratio {limit:g}")  # fmt: skip
         if early:
             j.slo_met = False  # stopped because it was already far past an SLO
+        stopped = signal_name(self.stopped) if self.stopped is not None else None
+        verdict = "stopped" if stopped else step_verdict(j, early)
         for r in j.extra["slo_results"]:
             if r["observed"] is None:
+                if _label(r["class_name"], r["metric"]) not in j.extra["inconclusive"]:
+                    why = "not applicable: no request of that class at this load"
+                elif verdict == "inconclusive":
+                    why = "so the step is inconclusive: a longer --step-duration gives it samples"
+                else:
+                    why = f"the step is judged {verdict} on the others"
                 self.log(f"agentload capacity: step {n}: {r['message']} in the measurement "
-                         "window (a longer --step-duration gives it samples)")  # fmt: skip
-        self.steps_extra.append({"out": str(step_out), "early_stop": early, **j.extra})
-        return StepResult(load, j.slo_met, j.extra["goodput"], j.slo_values, j.samples)
+                         f"window ({why})")  # fmt: skip
+        self.steps_extra.append(
+            {"out": str(step_out), "early_stop": early, "stopped_by": stopped,
+             "verdict": verdict, **j.extra}
+        )  # fmt: skip
+        result = StepResult(load, j.slo_met, j.extra["goodput"], j.slo_values, j.samples)
+        self.results.append(result)
+        return result
 
     def _watch(self, proc: subprocess.Popen, step_out: Path) -> tuple[bool, bool]:
         """Poll the running step; end it when its window is over, or early when the window
@@ -230,9 +300,22 @@ class CapacityDriver:
         return False, False
 
     def search(self, spec: SearchSpec) -> dict[str, Any]:
-        """The search result with every step's extra fields merged in (capacity.json)."""
-        result: CapacityResult = capacity_search(spec, self.measure)
+        """The search result with every step's extra fields merged in (capacity.json).
+
+        A stop signal ends the search after the running step finished its run: the result
+        then has the steps so far, `stop_reason` "stopped" and `stopped_by`, no capacity.
+        """
+        try:
+            result: CapacityResult = capacity_search(spec, self.measure)
+        except STOPS as e:
+            if self.stopped is None and not self.results:
+                raise  # before the first step ran: nothing measured
+            if self.stopped is None:  # between steps: no step to finish
+                self.stopped = stop_signum(e)
+                ignore_stops()
+            result = stopped_result(spec, self.results)
         d = result.to_dict()
+        d["stopped_by"] = signal_name(self.stopped) if self.stopped is not None else None
         for step, extra in zip(d["steps"], self.steps_extra, strict=True):
             step.update(extra)
             step["goodput"] = extra["goodput"]

@@ -14,6 +14,7 @@ from typing import Any
 import jinja2
 
 from workload.measure.slo import parse_slo_key
+from workload.orchestrate.capacity.text import answer_line, step_verdict_text
 from workload.report.charts import PALETTE, Series, line_chart
 from workload.report.views import TEMPLATES_DIR as _TEMPLATES
 from workload.report.views import fmt_ms, fmt_num, fmt_pct
@@ -94,12 +95,9 @@ def capacity_charts(result: Mapping[str, Any]) -> list[Any]:
 
 
 def _headline(result: Mapping[str, Any]) -> str:
-    unit = "users" if result.get("dimension") == "users" else "sessions/s"
-    cap, first = result.get("capacity"), result.get("first_failing")
-    if cap is None:
-        return f"Below the minimum: {fmt_num(first, '{:g}')} {unit} already fails its SLOs."
-    tail = f"; {fmt_num(first, '{:g}')} {unit} fails" if first is not None else " (the maximum)"
-    return f"Capacity: {fmt_num(cap, '{:g}')} {unit} meet every SLO{tail}."
+    """The console's answer line, as the page's headline."""
+    line = answer_line(result)
+    return line[:1].upper() + line[1:] + "."
 
 
 def _slo_text(slos: Mapping[str, Mapping[str, float]]) -> str:
@@ -115,7 +113,7 @@ def capacity_html(result: Mapping[str, Any]) -> str:
     """The page as one string (no external resources)."""
     steps = list(result.get("steps") or [])
     keys = sorted({k for s in steps for k in s.get("slo_values") or {}})
-    header = ["#", "load", "SLO", "goodput/s", "good req", "good sess", "samples", *keys]
+    header = ["#", "load", "SLO", "goodput req/s", "good req", "good sess", "samples", *keys]
     rows = []
     for i, s in enumerate(steps, 1):
         vals = s.get("slo_values") or {}
@@ -125,7 +123,7 @@ def capacity_html(result: Mapping[str, Any]) -> str:
                 [
                     i,
                     fmt_num(s["load"], "{:g}"),
-                    "pass" if s["slo_met"] else "FAIL" + (" (ended early)" if s.get("early_stop") else ""),
+                    step_verdict_text(s) + (" (ended early)" if s.get("early_stop") else ""),
                     fmt_num(s.get("goodput")),
                     fmt_pct(s.get("request_goodput_ratio")),
                     fmt_pct(s.get("session_goodput_ratio")),

@@ -11,6 +11,10 @@ against the SLOs). The search:
 3. stops at once when ``min_load`` fails (capacity None: the deployment cannot carry even
    the lowest load asked for; ``min_failed`` is set, the CLI's exit 3).
 
+A step that is not a pass stops the step-up, whether it failed or was inconclusive (an SLO
+of a class that sent requests had no samples): a capacity is only claimed where every SLO
+was judged and met; the caller tells the two apart (capacity.json ``inconclusive``).
+
 A step that fails stops the step-up: loads above a failing one are never run. A step
 that "clearly" breaks its SLOs may end early inside ``measure`` (``clearly_broken`` helps
 decide); the search only reads ``slo_met``. A step with fewer samples than a quantile
@@ -41,7 +45,7 @@ EXIT_BELOW_MIN = 3  # capacity search: even min_load failed its SLOs
 TAIL_SAMPLES = 10  # samples wanted beyond a quantile for it to mean something
 MAX_FACTOR = 100.0
 MAX_STEPS = 100
-StopReason = Literal["min_failed", "max_passed", "precision", "max_steps"]
+StopReason = Literal["min_failed", "max_passed", "precision", "max_steps", "stopped"]
 
 
 # ---------------------------------------------------------------- sample sufficiency
@@ -244,6 +248,17 @@ def search_spec(
         quantile=quantile,
         max_steps=max_steps,
     )
+
+
+def stopped_result(spec: SearchSpec, steps: list[StepResult]) -> CapacityResult:
+    """The search ended by a stop signal after `steps` (the last one stopped half-way): no
+    capacity is claimed; the steps run so far are the record."""
+    return CapacityResult(
+        dimension=spec.dimension, capacity=None, first_failing=None, steps=list(steps),
+        min_load=spec.min_load, max_load=spec.max_load, factor=spec.factor,
+        precision=spec.precision, relative_precision=spec.relative_precision,
+        stop_reason="stopped",
+    )  # fmt: skip
 
 
 def _tidy_mid(lo: float, hi: float) -> float:
