@@ -219,6 +219,8 @@ class SimApp:
         plan = self._plan(
             rng, rep, tools, tool_choice, named, max_tokens, g.min_tokens, g.ignore_eos
         )
+        if cfg.reasoning_field and g.thinking_budget and plan.tool_name is None:
+            plan = self._think(rng, rep, plan, g.thinking_budget, max_tokens, g.ignore_eos)
         structured = tool_choice == "required" or named is not None
         k = cfg.spec_k
         ereq = EngineRequest(
@@ -304,6 +306,20 @@ class SimApp:
         finish = "length" if n >= max_tokens else "stop"
         n = min(n, max_tokens)
         return Plan(self.content.text_pieces(rng, n, rep), finish)
+
+    def _think(self, rng, rep, plan: Plan, budget: int, max_tokens: int, ignore_eos: bool) -> Plan:
+        """A text answer preceded by up to ``budget`` reasoning tokens, within max_tokens."""
+        if ignore_eos:
+            r = min(budget, max_tokens - 1)
+            answer = max_tokens - r
+        else:
+            r = min(budget, max_tokens)
+            answer = min(len(plan.pieces), max_tokens - r)
+        finish = "length" if r + answer >= max_tokens else plan.finish
+        pieces = self.content.text_pieces(rng, r, rep) + plan.pieces[:answer]
+        if len(pieces) < r + answer:  # ignore_eos: the answer runs to max_tokens
+            pieces += self.content.text_pieces(rng, r + answer - len(pieces), rep)
+        return Plan(pieces, finish, reasoning=r)
 
     def _draw_fault(self) -> str | None:
         if not self._faults:
