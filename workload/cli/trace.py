@@ -2,6 +2,8 @@
 
     agentload trace import FORMAT|auto FILE [-o out.jsonl] [--limit N] [--on-bad-line skip|stop]
     agentload trace fit FILE -o profile.yaml [--format F] [--limit N] [--on-bad-line ...]
+        (an agent-session trace, or a Claude Code / Codex log, fits a profile with agent
+        shapes and prints its sessions' statistics beside the trace's)
     agentload trace export RUN_DIR -o FILE
 
 Formats and the normalised JSONL are documented in ``workload.plan.traces``.
@@ -10,6 +12,7 @@ Formats and the normalised JSONL are documented in ``workload.plan.traces``.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,10 +23,14 @@ from workload.errors import ArgParser, UsageError
 from workload.plan.traces import (
     AGENT_FORMATS,
     FORMATS,
+    agent_stats,
+    compare_stats,
     detect_any,
     export_run,
     export_run_sessions,
+    fit_agent_profile,
     fit_profile,
+    profile_stats,
     read_agent_trace,
     read_trace,
     summarize,
@@ -74,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit = sub.add_parser("fit", help="fit an agentload profile to a trace")
     fit.add_argument("file", help="trace file")
     fit.add_argument("-o", "--out", required=True, help="profile YAML to write")
-    fit.add_argument("--format", default="auto", choices=["auto", *FORMATS])
+    fit.add_argument("--format", default="auto", choices=["auto", *FORMATS, *AGENT_FORMATS])
     fit.add_argument("--name", default="", help="profile name (default: the output file stem)")
     _add_read_options(fit)
     exp = sub.add_parser("export", help="write a run's traffic as a trace")
@@ -164,6 +171,39 @@ def _import_agents(args: argparse.Namespace, fmt: str) -> int:
     return 0
 
 
+def _fit_agents(args: argparse.Namespace, fmt: str) -> int:
+    trace = read_agent_trace(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
+    _report_bad(trace)
+    if not trace.sessions:
+        raise UsageError(f"{args.file}: no readable rounds")
+    prof = fit_agent_profile(trace, name=args.name or Path(args.out).stem)
+    Path(args.out).write_text(yaml.safe_dump(prof, sort_keys=False))
+    print(f"agentload: wrote profile {args.out} ({prof['description']})")
+    rows = compare_stats(agent_stats(trace), profile_stats(prof))
+    print("\n".join(fit_lines(rows)))
+    return 0
+
+
+def fit_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The fitted profile's session statistics beside the trace's, met within 10 % or not."""
+
+    def v(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.3g}" if abs(x) < 100 else f"{x:,.0f}"
+
+    out = [f"{'statistic':<34} {'trace':>10} {'fitted':>10} {'diff':>8}  within 10 %"]
+    for r in rows:
+        d = r["diff"]
+        diff = "-" if d is None else f"{100 * d:+.1f}%" if math.isfinite(d) else "inf"
+        out.append(
+            f"{r['statistic']:<34} {v(r['trace']):>10} {v(r['fitted']):>10} {diff:>8}  "
+            + ("met" if r["met"] else "not met")
+        )
+    met = sum(r["met"] for r in rows)
+    out.append(f"{met} of {len(rows)} statistics within 10 % (fitted: the sessions the profile "
+               "plans, sizes as sent)")  # fmt: skip
+    return out
+
+
 def _read(args: argparse.Namespace, fmt: str):  # type: ignore[no-untyped-def]
     trace = read_trace(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
     _report_bad(trace)
@@ -186,7 +226,10 @@ def _run(argv: list[str]) -> int:
             print(f"wrote     {n} requests to {args.out}")
         return 0
     if args.what == "fit":
-        trace = _read(args, args.format)
+        fmt = detect_any(args.file) if args.format == "auto" else args.format
+        if fmt in AGENT_FORMATS:
+            return _fit_agents(args, fmt)
+        trace = _read(args, fmt)
         prof = fit_profile(trace, name=args.name or Path(args.out).stem)
         Path(args.out).write_text(yaml.safe_dump(prof, sort_keys=False))
         print(f"agentload: wrote profile {args.out} ({prof['description']})")

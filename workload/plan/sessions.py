@@ -172,6 +172,7 @@ class Session:
         "_retry_delay",
         "_n_call",
         "_due",
+        "_waits",
         "parent_session",
         "subagents",
     )
@@ -224,6 +225,7 @@ class Session:
         self._retry_delay = 0.0
         self._n_call = 0
         self._due: tuple[list[SubagentStart], list[str]] = ([], [])
+        self._waits: list[tuple[str, float]] = []
         self.subagents = 0  # child sessions this session spawned
 
     # ------------------------------------------------------------ planning
@@ -310,6 +312,8 @@ class Session:
             k, think, pause, consumes_tool, planned_tool, out, expects, reasoning
         )
         self._cur.planned_calls = calls
+        if consumes_tool:
+            self._cur.tool_waits = tuple(self._waits)
         self._cur.prompt_tokens_est = c.prefix_tokens + self._ctx
         self._cur.cacheable_tokens_est = cacheable
         return self._cur
@@ -341,6 +345,7 @@ class Session:
         sizes, times, plan = self._rng[_SIZES], self._rng[_TIMES], self._rng[_PLAN]
         new: list[Msg] = []
         lat = 0.0
+        self._waits = []
         for call_id, name in self._pending_calls:
             tool = self._c.catalog.get(name)
             if tool is None:  # actual mode: reported at observe; keep history well-formed
@@ -355,7 +360,9 @@ class Session:
                 key = self._content_key("tool", k, call_id)
                 new.append(Msg("tool", key=key, n=n, tool_call_id=call_id))
                 continue
-            lat = max(lat, tool.latency_s.sample(times))
+            wait = tool.latency_s.sample(times)
+            lat = max(lat, wait)
+            self._waits.append((name, max(0.0, wait)))
             n = tool.result_tokens.sample_int(sizes, lo=1)
             if plan.random() < tool.error_probability:
                 text = "error: " + name + " failed"

@@ -88,6 +88,7 @@ class StepRequest:
     # run in parallel; a spawn tool's calls start subagents), and the reasoning tokens asked for
     planned_calls: tuple[str, ...] = ()
     reasoning_tokens: int = 0
+    tool_waits: tuple[tuple[str, float], ...] = ()  # (tool, latency s) of the results it carries
     _body: bytes | None = field(default=None, repr=False)
 
     @property

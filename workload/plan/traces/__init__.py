@@ -10,6 +10,12 @@ from workload.plan.traces._agent import (
     write_agent_trace,
 )
 from workload.plan.traces._agent_export import export_run_sessions, run_agent_trace
+from workload.plan.traces._agent_fit import (
+    agent_stats,
+    compare_stats,
+    fit_agent_profile,
+    profile_stats,
+)
 from workload.plan.traces._agent_import import (
     AGENT_FORMATS,
     detect_agent_format,
@@ -63,6 +69,10 @@ __all__ = [
     "root_sessions",
     "session_starts",
     "AgentTrace",
+    "agent_stats",
+    "compare_stats",
+    "fit_agent_profile",
+    "profile_stats",
     "ToolCall",
     "detect_agent_format",
     "export_run_sessions",
