@@ -68,4 +68,6 @@ def test_cli_fit_writes_a_loadable_profile_and_prints_both_sides(tmp_path: Path,
     assert "statistic" in text and "within 10 %" in text and "tool wait Bash (s)" in text
     assert "statistics within 10 %" in text.splitlines()[-1]
     prof = load_profile(str(out))
-    assert prof.name == "fit" and set(prof.classes) == set(yaml.safe_load(out.read_text())["classes"])
+    assert prof.name == "fit" and set(prof.classes) == set(
+        yaml.safe_load(out.read_text())["classes"]
+    )

@@ -169,7 +169,10 @@ def test_ttft_split_first_token_of_any_kind_vs_first_visible_content():
         (10, sse(chunk({"reasoning": " think"}))),
         (25, sse(chunk({"content": "Yes"}))),
         (5, sse(chunk({"content": "."}, finish="stop"))),
-        (1, sse(final_chunk(usage={**USAGE, "completion_tokens_details": {"reasoning_tokens": 2}}))),
+        (
+            1,
+            sse(final_chunk(usage={**USAGE, "completion_tokens_details": {"reasoning_tokens": 2}})),
+        ),
         (1, sse("[DONE]")),
     ]
     rec, _, _ = run(reads)

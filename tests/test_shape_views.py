@@ -49,4 +49,8 @@ def test_stats_keep_the_content_ttft_and_reasoning_counts_mergeable():
     a.merge(Aggregate.from_dict(b.to_dict()))
     s = a.summary(10.0)["overall"]
     assert s["ttft_content_ms"]["count"] == 2 and s["ttft_content_ms"]["max"] >= 69.9
-    assert (s["reasoning_tokens"], s["reasoning_requests"], s["reasoning_requested"]) == (80, 2, 100)
+    assert (s["reasoning_tokens"], s["reasoning_requests"], s["reasoning_requested"]) == (
+        80,
+        2,
+        100,
+    )
