@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from workload.plan.dist import constant
 from workload.plan.profile import Profile, ToolSpec, TrafficClass
 from workload.plan.prompts import PromptSynth, stable_key
 from workload.plan.shapes import SPAWN_RESULT_TOKENS, SPAWN_TOOL_DEFAULT
@@ -50,8 +49,8 @@ class ClassPlan:
         self.spawn_class = self.sub.class_name if self.sub else None
         self.catalog = dict(prof.tools)
         if self.sub and self.sub.tool not in self.catalog:
-            self.catalog[self.sub.tool] = ToolSpec(
-                parameters=SPAWN_TOOL_DEFAULT, result_tokens=constant(SPAWN_RESULT_TOKENS)
+            self.catalog[self.sub.tool] = ToolSpec.model_validate(
+                {"parameters": SPAWN_TOOL_DEFAULT, "result_tokens": SPAWN_RESULT_TOKENS}
             )
         schema_names = self.tool_names + ([self.sub.tool] if self.sub else [])
         self.tools: list[dict[str, Any]] | None = None

@@ -132,6 +132,7 @@ class SessionPlanner:
 
     def new_child(self, parent: Session, step: int, i: int) -> Session:
         """Subagent i spawned by the parent's step ``step`` (deterministic like any session)."""
+        assert parent._c.spawn_class is not None  # only a class with subagents spawns
         cp = self.classes[parent._c.spawn_class]
         return Session(self, cp, parent.user_index, parent.session_index, (parent, step, i))
 
@@ -260,10 +261,9 @@ class Session:
             n = spec.user_turn.sample_int(sizes, lo=1)
             new = [Msg("user", key=self._content_key("user", k), n=n)]
             think = max(0.0, spec.think_time_s.sample(times))
+            # a user's first task (or a subagent) starts at once; later ones after a think
             if k == 1 and (self.session_index == 0 or self.parent_session):
-                think = (
-                    0.0  # a user's first task (a subagent) starts at once; later ones after a think
-                )
+                think = 0.0
         rebuilt = False
         if (
             spec.context.policy == "rebuild"
@@ -288,13 +288,7 @@ class Session:
             planned_tool = self._c.tool_names[
                 int(plan.choice(len(self._c.tool_names), p=self._c.tool_p))
             ]
-        calls: tuple[str, ...] = ()
-        reasoning = 0
-        if self._c.shaped:
-            expects, planned_tool, calls, reasoning = self._shape(k, expects, planned_tool)
-            out += reasoning
-            if actual and expects:
-                out = max(out, spec.output.tool_call_tokens + reasoning)
+        expects, planned_tool, calls, reasoning, out = self._shape(k, expects, planned_tool, out)
         compactions = self.compactions
         out = self._fit(new, out, consumes_tool)
         reasoning = min(reasoning, out - 1)
@@ -309,21 +303,22 @@ class Session:
         self._history.extend(new)
         self._ctx += sum(m.tokens for m in new)
         self._cur = self._make_step(
-            k, think, pause, consumes_tool, planned_tool, out, expects, reasoning
+            k, think, pause, consumes_tool, planned_tool, out, expects, reasoning, calls
         )
-        self._cur.planned_calls = calls
-        if consumes_tool:
-            self._cur.tool_waits = tuple(self._waits)
         self._cur.prompt_tokens_est = c.prefix_tokens + self._ctx
         self._cur.cacheable_tokens_est = cacheable
         return self._cur
 
     def _shape(
-        self, k: int, expects: bool, planned_tool: str | None
-    ) -> tuple[bool, str | None, tuple[str, ...], int]:
-        """Step k's agent shapes: (expects, planned tool, the calls it emits, reasoning tokens)."""
-        c, rng = self._c, self._rng[_SHAPE]
+        self, k: int, expects: bool, planned_tool: str | None, out: int
+    ) -> tuple[bool, str | None, tuple[str, ...], int, int]:
+        """Step k's agent shapes: (expects, planned tool, the calls it emits, reasoning tokens,
+        max_tokens with the reasoning)."""
+        c = self._c
         calls: tuple[str, ...] = ()
+        if not c.shaped:
+            return expects, planned_tool, calls, 0, out
+        rng = self._rng[_SHAPE]
         if c.sub and c.spawn_tool and k < self.steps_planned and rng.random() < c.sub.probability:
             expects, planned_tool = True, c.spawn_tool
             calls = (c.spawn_tool,) * min(MAX_FANOUT, c.sub.count.sample_int(rng, lo=1))
@@ -332,7 +327,10 @@ class Session:
             more = rng.choice(len(c.tool_names), size=n - 1, p=c.tool_p) if n > 1 else ()
             calls = (planned_tool, *(c.tool_names[int(j)] for j in more))
         r = c.reasoning.tokens.sample_int(rng, lo=0) if c.reasoning else 0
-        return expects, planned_tool, calls, r
+        out += r
+        if expects and self._p.profile.history == "actual":
+            out = max(out, c.spec.output.tool_call_tokens + r)  # room for the whole call
+        return expects, planned_tool, calls, r, out
 
     def children_due(self) -> tuple[list[SubagentStart], list[str]]:
         """Subagents to start now (spawned by the last answer), and the ones the step just
@@ -421,6 +419,7 @@ class Session:
         out: int,
         expects: bool,
         reasoning: int = 0,
+        calls: tuple[str, ...] = (),
     ) -> StepRequest:
         spec = self._c.spec
         req = spec.request
@@ -470,6 +469,8 @@ class Session:
             session_id=self.session_id,
             _render=render,
             reasoning_tokens=reasoning,
+            planned_calls=calls,
+            tool_waits=tuple(self._waits) if tool_step else (),
         )
 
     # ------------------------------------------------------------ observing
