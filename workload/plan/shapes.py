@@ -17,7 +17,8 @@ What real coding agents do that a plain loop of steps does not (issue 27)::
   (their own system prompt, tools and steps), as k calls of a spawn tool (Claude Code's
   ``Task``). The children start when the step's answer has arrived, run beside each other,
   and the parent's next step waits for all of them (join), then carries one tool result
-  per child.
+  per child. Under ``history: actual`` the model is asked for the spawn call and each
+  spawn call it returns starts one child.
 - ``reasoning``: hidden reasoning tokens per step, asked of the server as it supports it
   (vLLM ``thinking_token_budget``, or OpenAI ``reasoning_effort``); ``max_tokens`` grows by
   the budget, since reasoning counts against it. The client counts streamed reasoning
