@@ -73,8 +73,6 @@ NOT_RUN: list[tuple[str, str]] = [
      "own logs; tests/e2e/test_agent_replay.py replays imported sessions"),
     (r"agentload trace fit sessions\.jsonl", "fits the file the import above writes from your own "
      "logs; tests/test_agent_fit.py fits the shared samples and runs the CLI"),
-    (r"agentload run --profile agents\.yaml", "runs the profile fitted from your own logs; "
-     "tests/e2e/test_agent_shapes.py runs a profile with the same shapes"),
     (r"agentload sim --preset-file twin\.yaml", "serves the preset `sim calibrate` fitted to a real "
      "server; tests/test_sim_calibrate.py calibrates and serves one"),
     (r"locust .*--master\b|locust .*--worker\b",
