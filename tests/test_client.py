@@ -162,6 +162,43 @@ def test_reasoning_and_tool_call_deltas_count_for_ttft(delta):
     assert rec.ttft_ms == 41.0
 
 
+def test_ttft_split_first_token_of_any_kind_vs_first_visible_content():
+    reads = [
+        (1, sse(ROLE)),
+        (40, sse(chunk({"reasoning_content": "let me"}))),
+        (10, sse(chunk({"reasoning": " think"}))),
+        (25, sse(chunk({"content": "Yes"}))),
+        (5, sse(chunk({"content": "."}, finish="stop"))),
+        (
+            1,
+            sse(final_chunk(usage={**USAGE, "completion_tokens_details": {"reasoning_tokens": 2}})),
+        ),
+        (1, sse("[DONE]")),
+    ]
+    rec, _, _ = run(reads)
+    assert rec.ok and rec.ttft_ms == 41.0 and rec.ttft_content_ms == 76.0
+    assert rec.reasoning_chunks == 2 and rec.reasoning_tokens == 2 and rec.chunks == 4
+    assert rec.text == "Yes."  # reasoning is not the answer
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        {"content": "hi"},
+        {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": ""}}]},
+    ],
+)
+def test_without_reasoning_both_ttfts_agree(first):
+    rec, _, _ = run([(1, sse(ROLE)), (30, sse(chunk(first))), (1, sse("[DONE]"))])
+    assert rec.ttft_ms == rec.ttft_content_ms == 31.0
+    assert rec.reasoning_chunks == 0 and rec.reasoning_tokens is None
+
+
+def test_only_reasoning_leaves_no_content_time():
+    rec, _, _ = run([(1, sse(ROLE)), (30, sse(chunk({"reasoning": "x"}))), (1, sse("[DONE]"))])
+    assert rec.ttft_ms == 31.0 and rec.ttft_content_ms is None and rec.reasoning_chunks == 1
+
+
 def test_completions_endpoint_text():
     reads = [
         (7, sse(chunk(text=""))),

@@ -73,6 +73,8 @@ NOT_RUN: list[tuple[str, str]] = [
      "imports the shared samples and tests/e2e/test_agent_replay.py replays them"),
     (r"agentload run --trace sessions\.jsonl", "replays the file the import above writes from your "
      "own logs; tests/e2e/test_agent_replay.py replays imported sessions"),
+    (r"agentload trace fit sessions\.jsonl", "fits the file the import above writes from your own "
+     "logs; tests/test_agent_fit.py fits the shared samples and runs the CLI"),
     (r"agentload sim --preset-file twin\.yaml", "serves the preset `sim calibrate` fitted to a real "
      "server; tests/test_sim_calibrate.py calibrates and serves one"),
     (r"agentload record[ :]", "a proxy that runs until Ctrl-C (or its console lines); "

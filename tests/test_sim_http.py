@@ -615,3 +615,38 @@ def test_cache_config_info_has_vllm_labels(sim):
     assert "swap_space" not in info
     _, headers, _ = request(sim.url, "GET", "/metrics")
     assert headers["content-type"] == "text/plain; version=1.0.0; charset=utf-8"
+
+
+# -- reasoning (a --reasoning-parser) -------------------------------------------------------------
+@pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
+def test_thinking_budget_streams_reasoning_first_then_the_answer(field):
+    with SimThread("fast", sets=[f"reasoning_field={field}"]) as s:
+        body = chat_body(
+            stream=True, max_tokens=30, ignore_eos=True, thinking_token_budget=12,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        st, _, raw = request(s.url, "POST", "/v1/chat/completions", body)
+        assert st == 200
+        chunks = [json.loads(e) for e in sse_events(raw) if e != b"[DONE]"]
+        deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]][1:]  # after the role
+        kinds = ["r" if d.get(field) else "c" for d in deltas if d.get(field) or d.get("content")]
+        first_c = kinds.index("c")
+        assert set(kinds[:first_c]) == {"r"} and set(kinds[first_c:]) == {"c"}
+        usage = chunks[-1]["usage"]
+        assert usage["completion_tokens"] == 30
+        assert usage["completion_tokens_details"] == {"reasoning_tokens": 12}
+        # non-streamed: the reasoning in the message, the answer in content
+        st, _, raw = request(
+            s.url, "POST", "/v1/chat/completions",
+            chat_body(max_tokens=30, ignore_eos=True, thinking_token_budget=12),
+        )  # fmt: skip
+        msg = json.loads(raw)["choices"][0]["message"]
+        assert len(msg[field].split()) == 12 and len(msg["content"].split()) == 18
+
+
+def test_without_a_reasoning_parser_the_budget_is_ignored(sim):
+    body = chat_body(max_tokens=10, ignore_eos=True, thinking_token_budget=5)
+    st, _, raw = request(sim.url, "POST", "/v1/chat/completions", body)
+    out = json.loads(raw)
+    assert st == 200 and out["choices"][0]["message"]["reasoning"] is None
+    assert out["usage"]["completion_tokens_details"] is None

@@ -2,6 +2,8 @@
 
     agentload trace import FORMAT|auto FILE [-o out.jsonl] [--limit N] [--on-bad-line skip|stop]
     agentload trace fit FILE -o profile.yaml [--format F] [--limit N] [--on-bad-line ...]
+        (an agent-session trace, or a Claude Code / Codex log, fits a profile with agent
+        shapes and prints its sessions' statistics beside the trace's)
     agentload trace export RUN_DIR -o FILE
 
 Formats and the normalised JSONL are documented in ``workload.plan.traces``.
@@ -10,6 +12,7 @@ Formats and the normalised JSONL are documented in ``workload.plan.traces``.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,11 +23,14 @@ from workload.errors import ArgParser, UsageError
 from workload.plan.traces import (
     AGENT_FORMATS,
     FORMATS,
+    agent_stats,
+    compare_stats,
     detect_any,
     export_run,
     export_run_sessions,
     fit_agent_profile,
     fit_profile,
+    profile_stats,
     read_agent_trace,
     read_trace_keeping_reuse,
     summarize,
@@ -165,6 +171,40 @@ def _import_agents(args: argparse.Namespace, fmt: str) -> int:
     return 0
 
 
+def _fit_agents(args: argparse.Namespace, fmt: str) -> int:
+    """`trace fit` of agent sessions (a recording, an import): a profile of agent sessions."""
+    trace = read_agent_trace(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
+    _report_bad(trace)
+    if not trace.sessions:
+        raise UsageError(f"{args.file}: no readable rounds")
+    prof = fit_agent_profile(trace, name=args.name or Path(args.out).stem)
+    Path(args.out).write_text(yaml.safe_dump(prof, sort_keys=False))
+    print(f"agentload: wrote profile {args.out} ({prof['description']})")
+    rows = compare_stats(agent_stats(trace), profile_stats(prof))
+    print("\n".join(fit_lines(rows)))
+    return 0
+
+
+def fit_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The fitted profile's session statistics beside the trace's, met within 10 % or not."""
+
+    def v(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.3g}" if abs(x) < 100 else f"{x:,.0f}"
+
+    out = [f"{'statistic':<34} {'trace':>10} {'fitted':>10} {'diff':>8}  within 10 %"]
+    for r in rows:
+        d = r["diff"]
+        diff = "-" if d is None else f"{100 * d:+.1f}%" if math.isfinite(d) else "inf"
+        out.append(
+            f"{r['statistic']:<34} {v(r['trace']):>10} {v(r['fitted']):>10} {diff:>8}  "
+            + ("met" if r["met"] else "not met")
+        )
+    met = sum(r["met"] for r in rows)
+    out.append(f"{met} of {len(rows)} statistics within 10 % (fitted: the sessions the profile "
+               "plans, sizes as sent)")  # fmt: skip
+    return out
+
+
 def _read(args: argparse.Namespace, fmt: str):  # type: ignore[no-untyped-def]
     trace = read_trace_keeping_reuse(
         args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line
@@ -211,18 +251,6 @@ def _run(argv: list[str]) -> int:
         f"agentload: wrote {res.rows} requests to {args.out} ({res.verified} checked against "
         f"body_hash, {res.unverified} unchecked, {len(res.skipped)} skipped)"
     )
-    return 0
-
-
-def _fit_agents(args: argparse.Namespace, fmt: str) -> int:
-    """`trace fit` of agent sessions (a recording, an import): a profile of agent sessions."""
-    trace = read_agent_trace(args.file, fmt, limit=_limit(args.limit), on_bad_line=args.on_bad_line)
-    _report_bad(trace)
-    if not trace.sessions:
-        raise UsageError(f"{args.file}: no readable rounds")
-    prof = fit_agent_profile(trace, name=args.name or Path(args.out).stem)
-    Path(args.out).write_text(yaml.safe_dump(prof, sort_keys=False))
-    print(f"agentload: wrote profile {args.out} ({prof['description']})")
     return 0
 
 

@@ -120,6 +120,7 @@ def play(rt: Any, session: Any, arrival: Any = None, parent: str | None = None) 
         session_id=session.session_id,
         t_start=time.time(),
         steps_planned=session.steps_planned,
+        parent_session=getattr(session, "parent_session", None),
     )
     if arrival is not None:
         srec.t_scheduled = arrival.t_scheduled
@@ -154,6 +155,7 @@ def play(rt: Any, session: Any, arrival: Any = None, parent: str | None = None) 
                 except GreenletExit:
                     stopped = True  # the run stopped while queued: the answer is still recorded
             rec.trace_index = getattr(session, "trace_index", None)  # --trace: request k
+            rec.reasoning_requested = getattr(step, "reasoning_tokens", 0) or None
             rec.body_hash = hashlib.blake2b(req.body, digest_size=8).hexdigest()
             rec.content_hash = content_hash(req.body)
             session.observe(rec)

@@ -14,6 +14,8 @@ Timing (see ../shared/DESIGN.md "Definitions"):
   read's stamp or the send stamp, so times stay in order whatever the realtime clock does.
 * TTFT: first chunk with non-empty ``content``, ``reasoning_content``/``reasoning`` or a
   ``tool_calls`` delta (``text`` for /v1/completions). A role-only chunk never counts.
+  ``ttft_content_ms``: the first visible chunk (content or a tool call; reasoning excluded);
+  chunks that carried reasoning only are counted in ``reasoning_chunks``.
   Non-streamed requests leave ``ttft_ms`` None (the first token is not observable) and measure
   ``e2e_ms`` only.
 * ITL: gaps between consecutive content-bearing chunks (``itl_gaps_ms``; summary ``itl_ms``).
@@ -170,6 +172,7 @@ class _Reply:
         "bad",
         "choices_seen",
         "last_ns",
+        "visible_ns",
     )
 
     def __init__(self, rec: RequestRecord, chat: bool) -> None:
@@ -183,6 +186,7 @@ class _Reply:
         self.bad: str | None = None  # first malformed detail
         self.choices_seen = False  # some chunk carried a `choices` list (else: not a completion)
         self.last_ns = 0  # stamp of the last read (0: nothing read yet)
+        self.visible_ns = 0  # stamp of the first visible chunk (0: none yet)
 
     # --- streaming
 
@@ -210,8 +214,13 @@ class _Reply:
             fail(self.rec, "bad_response", f"error event in stream: {_excerpt(data)}")
             return
         try:
-            if self._chunk(obj):
+            bearing = self._chunk(obj)  # 1: reasoning only, 2: visible
+            if bearing:
                 self.content_times.append(t_ns)
+                if bearing == 1:
+                    self.rec.reasoning_chunks += 1
+                elif not self.visible_ns:
+                    self.visible_ns = t_ns
         except (TypeError, AttributeError, ValueError) as e:
             self._malformed(f"unexpected chunk shape ({e}): {_text(data)[:200]!r}")
 
@@ -220,9 +229,9 @@ class _Reply:
             self.bad = detail
             fail(self.rec, "malformed_chunk", detail)
 
-    def _chunk(self, obj: dict[str, Any]) -> bool:
+    def _chunk(self, obj: dict[str, Any]) -> int:
         self._envelope(obj)
-        bearing = False
+        bearing = 0
         choices = obj.get("choices")
         if isinstance(choices, list):
             self.choices_seen = True
@@ -232,7 +241,7 @@ class _Reply:
                 delta = ch.get("delta") or {}
                 content = delta.get("content")
                 if content:  # the common chunk: content bears; only tool calls can add to it
-                    bearing = True
+                    bearing = 2
                     if primary:
                         self.text_parts.append(content)
                     if len(delta) > 1:
@@ -240,16 +249,16 @@ class _Reply:
                         if tcs:
                             self._tool_deltas(tcs)
                 else:
-                    if delta.get("reasoning_content") or delta.get("reasoning"):
-                        bearing = True
+                    if (delta.get("reasoning_content") or delta.get("reasoning")) and not bearing:
+                        bearing = 1
                     tcs = delta.get("tool_calls")
                     if tcs:
-                        bearing = True
+                        bearing = 2
                         self._tool_deltas(tcs)
             else:
                 text = ch.get("text")
                 if text:
-                    bearing = True
+                    bearing = 2
                     if primary:
                         self.text_parts.append(text)
             finish = ch.get("finish_reason")
@@ -290,6 +299,9 @@ class _Reply:
             details = usage.get("prompt_tokens_details")
             if isinstance(details, dict):
                 rec.cached_tokens = details.get("cached_tokens")
+            out_details = usage.get("completion_tokens_details")
+            if isinstance(out_details, dict):
+                rec.reasoning_tokens = out_details.get("reasoning_tokens")
         metrics = obj.get("metrics")
         if metrics is not None and isinstance(metrics, dict):
             rec.server_metrics = metrics
@@ -576,6 +588,8 @@ class Client:
                  "completion tokens")  # fmt: skip
         if times:
             rec.ttft_ms = _ms(times[0] - sent_ns)
+            if reply.visible_ns:
+                rec.ttft_content_ms = _ms(reply.visible_ns - sent_ns)
             gaps = _gaps_ms(times)
             rec.itl_gaps_ms = gaps
             rec.itl_ms = itl_summary(gaps)

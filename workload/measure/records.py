@@ -102,6 +102,14 @@ class RequestRecord:
     slo_met: bool | None = None
     # `agentload run --trace`: the index of the trace request this replays (None otherwise).
     trace_index: int | None = None
+    # Reasoning (workload.plan.shapes): time to the first visible chunk (content or a tool
+    # call), where ``ttft_ms`` counts reasoning chunks too; the chunks that carried reasoning
+    # only; the server's usage.completion_tokens_details.reasoning_tokens (None: not
+    # reported); the reasoning tokens the plan asked for (None: none asked).
+    ttft_content_ms: float | None = None
+    reasoning_chunks: int = 0
+    reasoning_tokens: int | None = None
+    reasoning_requested: int | None = None
     # Not written to requests.jsonl: in-memory only, for stats and actual history.
     itl_gaps_ms: list[float] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)
@@ -154,6 +162,8 @@ class SessionRecord:
     # Whether it was a good session (completed, every request and the session-level SLOs met:
     # goodput); None when not judged.
     slo_met: bool | None = None
+    # A subagent's parent session (workload.plan.shapes, or a replayed sidechain); None otherwise.
+    parent_session: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

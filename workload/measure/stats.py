@@ -87,6 +87,11 @@ _COUNTERS = (
     "tool_calls",  # server-returned tool calls (Σ len(record.tool_calls)); also tool_calls_returned
     "tool_calls_planned",  # ok requests whose plan has the step end in a tool call
     "tool_loop_failures",
+    # reasoning (workload.plan.shapes): Σ reasoning tokens the server reported, ok requests
+    # that streamed reasoning chunks, Σ reasoning tokens the plan asked for
+    "reasoning_tokens",
+    "reasoning_requests",
+    "reasoning_requested",
 )
 
 
@@ -116,13 +121,14 @@ class View:
         if rec.status == "ok":
             c["ok"] += 1
             c["good_requests"] += 1 if good is None or good else 0
-            for metric in ("ttft", "tpot", "e2e"):
+            for metric in ("ttft", "ttft_content", "tpot", "e2e"):
                 value = getattr(rec, f"{metric}_ms")
                 if value is not None:
                     self.hist(metric).record_ms(value)
             if rec.itl_gaps_ms:
                 self.hist("itl").record_many_ms(rec.itl_gaps_ms)
             self.spec.add(rec.spec_decode)
+            c["reasoning_requests"] += 1 if rec.reasoning_chunks else 0
         elif rec.status == "cancelled":
             c["cancelled"] += 1
         else:
@@ -131,6 +137,8 @@ class View:
             self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
         c["prompt_tokens"] += rec.prompt_tokens or 0
         c["completion_tokens"] += rec.completion_tokens or 0
+        c["reasoning_tokens"] += rec.reasoning_tokens or 0
+        c["reasoning_requested"] += rec.reasoning_requested or 0
         if rec.cached_tokens is not None:
             c["cached_tokens"] += rec.cached_tokens
             c["cached_prompt_tokens"] += rec.prompt_tokens or 0
@@ -196,6 +204,9 @@ class View:
         for metric in REQUEST_METRICS:
             h = self.hists.get(metric)
             out[f"{metric}_ms"] = h.summary() if h else dict(empty)
+        # time to first visible content (reasoning excluded; ttft_ms counts it)
+        h = self.hists.get("ttft_content")
+        out["ttft_content_ms"] = h.summary() if h else dict(empty)
         per_s = duration_s if duration_s and duration_s > 0 else None
         out["throughput"] = {
             "requests_per_s": c["ok"] / per_s if per_s else None,

@@ -37,6 +37,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from workload.plan.arrivals import ArrivalSpec
 from workload.plan.dist import Dist, constant
+from workload.plan.shapes import (
+    PARALLEL_TOOLS_FIELD,
+    REASONING_FIELD,
+    SUBAGENTS_FIELD,
+    ReasoningSpec,
+    SubagentSpec,
+    shape_problems,
+)
 from workload.plan.stages import StageList
 
 SCHEMA_VERSION = 1
@@ -66,6 +74,9 @@ DIST_FLOORS: tuple[tuple[tuple[str, ...], float, str], ...] = (
     (("output", "final_tokens"), 1, "max_tokens"),
     (("think_time_s",), 0, "seconds"),
     (("context", "break_s"), 0, "seconds"),
+    (("parallel_tools",), 1, "tool calls per tool step"),
+    (("subagents", "count"), 1, "subagents per spawning step"),
+    (("reasoning", "tokens"), 0, "tokens"),
 )
 TOOL_DIST_FLOORS = ((("latency_s",), 0, "seconds"), (("result_tokens",), 0, "tokens"))
 
@@ -424,6 +435,9 @@ class TrafficClass(_M):
         default_factory=lambda: constant(1.0),
         description="User think time before each user turn (s).",
     )
+    parallel_tools: Dist = PARALLEL_TOOLS_FIELD
+    subagents: SubagentSpec | None = SUBAGENTS_FIELD
+    reasoning: ReasoningSpec | None = REASONING_FIELD
     context: ContextPolicy = Field(
         default_factory=_defaults(ContextPolicy), description="Context policy."
     )
@@ -525,6 +539,7 @@ class Profile(_M):
                     "tool calls (allowed: chat, or history scripted)"
                 )
             out += _floor_problems(f"classes.{cname}", c, DIST_FLOORS)
+            out += shape_problems(f"classes.{cname}", c, self.classes)
             if c.steps.dist == "constant" and not float(c.steps.value).is_integer():  # type: ignore[union-attr]
                 out.append(f"classes.{cname}.steps: must be a whole number of steps")
         for tname, tool in self.tools.items():

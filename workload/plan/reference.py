@@ -25,6 +25,7 @@ from workload.plan.profile import (
     TrafficClass,
 )
 from workload.plan.profile_errors import unwrap
+from workload.plan.shapes import ReasoningSpec, SubagentSpec
 from workload.plan.stages import Stage
 
 # The marker text is what README.md carries; it names the old home of reference_markdown.
@@ -47,6 +48,8 @@ def reference_markdown() -> str:
         ("classes.NAME.system_prompt", SystemPrompt),
         ("classes.NAME.output", OutputSpec),
         ("classes.NAME.context", ContextPolicy),
+        ("classes.NAME.subagents", SubagentSpec),
+        ("classes.NAME.reasoning", ReasoningSpec),
         ("classes.NAME.request", RequestSpec),
         ("classes.NAME.timeouts", Timeouts),
         ("classes.NAME.slo", SLO),

@@ -30,69 +30,34 @@ session as ``tool_loop_failure`` when the step produced or consumed a tool call
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-import orjson
 
 from workload.measure.records import STATUS_CANCELLED, RequestRecord
 from workload.measure.retry import next_delay_s
+from workload.plan.class_plan import TEMPLATE_MARGIN, ClassPlan
 from workload.plan.loading import ProfileError
 from workload.plan.payloads import PATHS, BodyOptions, build_body
-from workload.plan.profile import Profile, TrafficClass
+from workload.plan.profile import Profile
 from workload.plan.prompts import PromptSynth, stable_key, synth_for
+from workload.plan.shapes import MAX_FANOUT
 from workload.plan.steps import MSG_OVERHEAD, Msg, StepRequest, tool_arguments, tool_choice_for
 from workload.plan.tokens import Tokenizer
 
-TEMPLATE_MARGIN = 256  # tokens kept free for the chat template and tool-format preamble
 _CALL_TOKENS = 64  # allowance for an assistant tool-call message
 MIN_ROOM = 16  # the least new content and output a step is ever given
 
-# Per-session random streams (one numpy Generator each).
-_PLAN, _SIZES, _TIMES = 0, 1, 2
+# Per-session random streams (one numpy Generator each); _SHAPE only for classes with agent
+# shapes (workload.plan.shapes), so other profiles keep their bytes.
+_PLAN, _SIZES, _TIMES, _SHAPE = 0, 1, 2, 3
 
 
-class _ClassPlan:
-    """What every session of one class shares: prefix text, tool schemas, limits."""
+class SubagentStart:
+    """A child session the player starts ``delay_s`` from now, beside its parent."""
 
-    def __init__(self, planner: SessionPlanner, name: str, spec: TrafficClass) -> None:
-        prof = planner.profile
-        synth = planner.synth
-        self.name = name
-        self.spec = spec
-        self.key32 = stable_key("class", name) & 0xFFFFFFFF
-        share = spec.system_prompt.share
-        self.share_session = share == "session"
-        group = {"class": f"class:{name}", "global": "global"}.get(share, f"group:{share}")
-        self.system_name = f"{planner.seed}:{group}"
-        self.system_tokens = spec.system_prompt.tokens
-        self.system_text = (
-            None if self.share_session else synth.shared(self.system_name, self.system_tokens)
-        )
-        self.tool_names = list(spec.tools)
-        w = np.asarray([spec.tools[t] * prof.tools[t].weight for t in self.tool_names], dtype=float)
-        self.tool_p = w / w.sum() if len(w) else w
-        self.tools: list[dict[str, Any]] | None = None
-        self.tools_tokens = 0
-        if self.tool_names:
-            self.tools = []
-            for t in self.tool_names:
-                ts = prof.tools[t]
-                desc = ts.description
-                if ts.description_tokens:
-                    desc += synth.shared(f"{planner.seed}:tool:{t}", ts.description_tokens)
-                self.tools.append(
-                    {
-                        "type": "function",
-                        "function": {"name": t, "description": desc, "parameters": ts.parameters},
-                    }
-                )
-            self.tools_tokens = synth.count(orjson.dumps(self.tools).decode()) + 16 * len(
-                self.tools
-            )
-        self.prefix_tokens = self.system_tokens + MSG_OVERHEAD + self.tools_tokens
-        self.fixed = self.prefix_tokens + TEMPLATE_MARGIN
-        self.compact_at = spec.context.compact_at_tokens  # any policy may also compact
+    __slots__ = ("session", "delay_s")
+
+    def __init__(self, session: Session, delay_s: float = 0.0) -> None:
+        self.session, self.delay_s = session, delay_s
 
 
 class SessionPlanner:
@@ -115,12 +80,14 @@ class SessionPlanner:
         self.seed = profile.seed if seed is None else seed
         self.synth = synth or synth_for(tokenizer)
         self.warnings: list[str] = []  # profile shapes the server forces us to clip
-        self.classes = {n: _ClassPlan(self, n, c) for n, c in profile.classes.items()}
+        self.classes = {
+            n: ClassPlan(profile, self.synth, self.seed, n, c) for n, c in profile.classes.items()
+        }
         problems = [p for cp in self.classes.values() for p in self._fit_problems(cp)]
         if problems:
             raise ProfileError(problems)
 
-    def _fit_problems(self, cp: _ClassPlan) -> list[str]:
+    def _fit_problems(self, cp: ClassPlan) -> list[str]:
         """Fixed parts that cannot fit are errors; variable sizes past the room are clipped."""
         if self.max_model_len is None:
             return []
@@ -137,10 +104,15 @@ class SessionPlanner:
         tool_ub = max(
             (self.profile.tools[t].result_tokens.upper_bound() for t in cp.tool_names), default=0
         )
+        if cp.parallel or cp.sub:  # k results arrive in one step
+            k = max(cp.parallel.upper_bound() if cp.parallel else 1, _fanout_ub(cp))
+            tool_ub = k * (max(tool_ub, _spawn_ub(cp)) + _CALL_TOKENS)
         turn = max(spec.user_turn.upper_bound(), tool_ub + _CALL_TOKENS)
         out = spec.output.tokens.upper_bound()
         if spec.output.final_tokens is not None:
             out = max(out, spec.output.final_tokens.upper_bound())
+        if cp.reasoning is not None:
+            out += cp.reasoning.tokens.upper_bound()
         room = self.max_model_len - cp.fixed - MSG_OVERHEAD * 2
         if turn + out > room:
             self.warnings.append(
@@ -157,6 +129,20 @@ class SessionPlanner:
     def new_session(self, class_name: str, user_index: int, session_index: int) -> Session:
         """The session for (class, user, session) under this planner's seed."""
         return Session(self, self.classes[class_name], user_index, session_index)
+
+    def new_child(self, parent: Session, step: int, i: int) -> Session:
+        """Subagent i spawned by the parent's step ``step`` (deterministic like any session)."""
+        assert parent._c.spawn_class is not None  # only a class with subagents spawns
+        cp = self.classes[parent._c.spawn_class]
+        return Session(self, cp, parent.user_index, parent.session_index, (parent, step, i))
+
+
+def _fanout_ub(cp: ClassPlan) -> float:
+    return cp.sub.count.upper_bound() if cp.sub else 1
+
+
+def _spawn_ub(cp: ClassPlan) -> float:
+    return cp.catalog[cp.spawn_tool].result_tokens.upper_bound() if cp.spawn_tool else 0
 
 
 class Session:
@@ -186,20 +172,40 @@ class Session:
         "_retry",
         "_retry_delay",
         "_n_call",
+        "_due",
+        "_waits",
+        "parent_session",
+        "subagents",
     )
 
     def __init__(
-        self, planner: SessionPlanner, cp: _ClassPlan, user_index: int, session_index: int
+        self,
+        planner: SessionPlanner,
+        cp: ClassPlan,
+        user_index: int,
+        session_index: int,
+        spawned: tuple[Session, int, int] | None = None,
     ):
         self._p = planner
         self._c = cp
         self.class_name = cp.name
         self.user_index = user_index
         self.session_index = session_index
-        self._key = stable_key(planner.seed, cp.name, user_index, session_index)
-        self.session_id = f"{cp.name}-u{user_index}-s{session_index}-{self._key & 0xFFFFFFFF:08x}"
         base = [planner.seed & 0xFFFFFFFF, cp.key32, user_index, session_index]
-        self._rng = [np.random.default_rng([*base, s]) for s in (_PLAN, _SIZES, _TIMES)]
+        self.parent_session: str | None = None
+        if spawned is None:
+            self._key = stable_key(planner.seed, cp.name, user_index, session_index)
+            self.session_id = (
+                f"{cp.name}-u{user_index}-s{session_index}-{self._key & 0xFFFFFFFF:08x}"
+            )
+        else:  # a subagent: keyed by its parent, the spawning step and its place in it
+            parent, step, i = spawned
+            self._key = stable_key(parent._key, "subagent", step, i)
+            self.session_id = f"{parent.session_id}/{cp.name}-{step}.{i}"
+            self.parent_session = parent.session_id
+            base += [parent._c.key32, step, i]
+        streams = (_PLAN, _SIZES, _TIMES, _SHAPE) if cp.shaped else (_PLAN, _SIZES, _TIMES)
+        self._rng = [np.random.default_rng([*base, s]) for s in streams]
         self.steps_planned = cp.spec.steps.sample_int(self._rng[_PLAN], lo=1)
         self.steps_done = 0
         self.outcome: str | None = None
@@ -219,6 +225,9 @@ class Session:
         self._retry = False
         self._retry_delay = 0.0
         self._n_call = 0
+        self._due: tuple[list[SubagentStart], list[str]] = ([], [])
+        self._waits: list[tuple[str, float]] = []
+        self.subagents = 0  # child sessions this session spawned
 
     # ------------------------------------------------------------ planning
     def _content_key(self, *parts: object) -> int:
@@ -226,6 +235,7 @@ class Session:
 
     def next_step(self) -> StepRequest | None:
         """The next request to send, or None when the session is over (see outcome)."""
+        self._due = ([], [])
         if self.outcome is not None:
             return None
         if self._retry and self._cur is not None:
@@ -251,8 +261,9 @@ class Session:
             n = spec.user_turn.sample_int(sizes, lo=1)
             new = [Msg("user", key=self._content_key("user", k), n=n)]
             think = max(0.0, spec.think_time_s.sample(times))
-            if k == 1 and self.session_index == 0:
-                think = 0.0  # a user's first task starts at once; later ones after a think
+            # a user's first task (or a subagent) starts at once; later ones after a think
+            if k == 1 and (self.session_index == 0 or self.parent_session):
+                think = 0.0
         rebuilt = False
         if (
             spec.context.policy == "rebuild"
@@ -277,8 +288,10 @@ class Session:
             planned_tool = self._c.tool_names[
                 int(plan.choice(len(self._c.tool_names), p=self._c.tool_p))
             ]
+        expects, planned_tool, calls, reasoning, out = self._shape(k, expects, planned_tool, out)
         compactions = self.compactions
         out = self._fit(new, out, consumes_tool)
+        reasoning = min(reasoning, out - 1)
         c = self._c
         shared = 0 if c.share_session else c.prefix_tokens
         if rebuilt:
@@ -289,22 +302,65 @@ class Session:
             cacheable = c.prefix_tokens + self._ctx
         self._history.extend(new)
         self._ctx += sum(m.tokens for m in new)
-        self._cur = self._make_step(k, think, pause, consumes_tool, planned_tool, out, expects)
+        self._cur = self._make_step(
+            k, think, pause, consumes_tool, planned_tool, out, expects, reasoning, calls
+        )
         self._cur.prompt_tokens_est = c.prefix_tokens + self._ctx
         self._cur.cacheable_tokens_est = cacheable
         return self._cur
 
+    def _shape(
+        self, k: int, expects: bool, planned_tool: str | None, out: int
+    ) -> tuple[bool, str | None, tuple[str, ...], int, int]:
+        """Step k's agent shapes: (expects, planned tool, the calls it emits, reasoning tokens,
+        max_tokens with the reasoning)."""
+        c = self._c
+        calls: tuple[str, ...] = ()
+        if not c.shaped:
+            return expects, planned_tool, calls, 0, out
+        rng = self._rng[_SHAPE]
+        if c.sub and c.spawn_tool and k < self.steps_planned and rng.random() < c.sub.probability:
+            expects, planned_tool = True, c.spawn_tool
+            calls = (c.spawn_tool,) * min(MAX_FANOUT, c.sub.count.sample_int(rng, lo=1))
+        elif expects and c.parallel and planned_tool is not None:
+            n = min(MAX_FANOUT, c.parallel.sample_int(rng, lo=1))
+            more = rng.choice(len(c.tool_names), size=n - 1, p=c.tool_p) if n > 1 else ()
+            calls = (planned_tool, *(c.tool_names[int(j)] for j in more))
+        r = c.reasoning.tokens.sample_int(rng, lo=0) if c.reasoning else 0
+        out += r
+        if expects and self._p.profile.history == "actual":
+            out = max(out, c.spec.output.tool_call_tokens + r)  # room for the whole call
+        return expects, planned_tool, calls, r, out
+
+    def children_due(self) -> tuple[list[SubagentStart], list[str]]:
+        """Subagents to start now (spawned by the last answer), and the ones the step just
+        planned waits for (after its tools' pause, before its think time)."""
+        return self._due
+
     def _tool_results(self, k: int) -> tuple[list[Msg], float]:
-        """Step k's tool messages for the pending calls, and the pause: the slowest tool."""
+        """Step k's tool messages for the pending calls, and the pause: the slowest tool
+        (a spawn call's wait is its subagent, which the player joins)."""
         sizes, times, plan = self._rng[_SIZES], self._rng[_TIMES], self._rng[_PLAN]
         new: list[Msg] = []
         lat = 0.0
+        self._waits = []
         for call_id, name in self._pending_calls:
-            tool = self._p.profile.tools.get(name)
+            tool = self._c.catalog.get(name)
             if tool is None:  # actual mode: reported at observe; keep history well-formed
                 new.append(Msg("tool", text="error: unknown tool", tool_call_id=call_id, tokens=4))
                 continue
-            lat = max(lat, tool.latency_s.sample(times))
+            if name == self._c.spawn_tool:
+                child = self._p.new_child(self, k - 1, len(self._due[0]))
+                self._due[0].append(SubagentStart(child))
+                self._due[1].append(child.session_id)
+                self.subagents += 1
+                n = tool.result_tokens.sample_int(sizes, lo=1)
+                key = self._content_key("tool", k, call_id)
+                new.append(Msg("tool", key=key, n=n, tool_call_id=call_id))
+                continue
+            wait = tool.latency_s.sample(times)
+            lat = max(lat, wait)
+            self._waits.append((name, max(0.0, wait)))
             n = tool.result_tokens.sample_int(sizes, lo=1)
             if plan.random() < tool.error_probability:
                 text = "error: " + name + " failed"
@@ -362,6 +418,8 @@ class Session:
         planned_tool: str | None,
         out: int,
         expects: bool,
+        reasoning: int = 0,
+        calls: tuple[str, ...] = (),
     ) -> StepRequest:
         spec = self._c.spec
         req = spec.request
@@ -383,6 +441,7 @@ class Session:
             min_tokens=out if spec.output.min_tokens else None,
             session_id=self.session_id if req.session_id else None,
             cache_salt=salt,
+            extra=self._c.reasoning.extra(reasoning) if self._c.reasoning else {},
         )
         msgs = [self._system, *self._history]  # a snapshot of references, not of text
         synth = self._p.synth
@@ -409,6 +468,9 @@ class Session:
             user_class=self.class_name,
             session_id=self.session_id,
             _render=render,
+            reasoning_tokens=reasoning,
+            planned_calls=calls,
+            tool_waits=tuple(self._waits) if tool_step else (),
         )
 
     # ------------------------------------------------------------ observing
@@ -451,11 +513,11 @@ class Session:
 
     def _observe_scripted(self, cur: StepRequest) -> None:
         if cur.planned_tool is not None:
-            self._add_calls([(cur.planned_tool, self._arguments(cur.planned_tool, cur.step))])
+            names = cur.planned_calls or (cur.planned_tool,)
+            self._add_calls([(t, self._arguments(t, cur.step, i)) for i, t in enumerate(names)])
         else:
-            self._append(
-                Msg("assistant", key=self._content_key("assistant", cur.step), n=cur.max_tokens)
-            )
+            n = cur.max_tokens - cur.reasoning_tokens  # hidden reasoning stays out of history
+            self._append(Msg("assistant", key=self._content_key("assistant", cur.step), n=n))
 
     def _observe_actual(self, record: RequestRecord, cur: StepRequest) -> bool:
         # Re-anchor the context count on the server's prompt count: replies come back as
@@ -472,7 +534,7 @@ class Session:
                 cut = " (cut off at max_tokens)" if record.finish_reason == "length" else ""
                 self._end("tool_loop_failure", "malformed tool call" + cut)
                 return False
-            if c.get("name") not in self._c.spec.tools:
+            if c.get("name") not in self._c.spec.tools and c.get("name") != self._c.spawn_tool:
                 self._end("tool_loop_failure", f"unknown tool {c.get('name')!r}")
                 return False
         text = record.text or None
@@ -505,12 +567,15 @@ class Session:
         self._history.append(m)
         self._ctx += m.tokens
 
-    def _arguments(self, tool: str, step: int) -> str:
-        """Synthetic arguments that fit the tool's JSON schema (deterministic per session/step)."""
+    def _arguments(self, tool: str, step: int, call: int = 0) -> str:
+        """Synthetic arguments that fit the tool's JSON schema (deterministic per session,
+        step and parallel call)."""
         return tool_arguments(
-            self._p.profile.tools[tool].parameters,
+            self._c.catalog[tool].parameters,
             self._p.synth,
-            lambda i: self._content_key("arg", step, i),
+            (lambda i: self._content_key("arg", step, i))
+            if call == 0
+            else (lambda i: self._content_key("arg", step, call, i)),
         )
 
     def _end(self, outcome: str, reason: str | None) -> None:

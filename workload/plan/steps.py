@@ -84,6 +84,11 @@ class StepRequest:
     _render: Callable[[], bytes] = field(repr=False)
     prompt_tokens_est: int = 0  # system + tools + history, estimated (allowances included)
     cacheable_tokens_est: int = 0  # of those, what an ideal prefix cache would hold
+    # agent shapes (workload.plan.shapes): the tool calls the step's answer stands for (several
+    # run in parallel; a spawn tool's calls start subagents), and the reasoning tokens asked for
+    planned_calls: tuple[str, ...] = ()
+    reasoning_tokens: int = 0
+    tool_waits: tuple[tuple[str, float], ...] = ()  # (tool, latency s) of the results it carries
     _body: bytes | None = field(default=None, repr=False)
 
     @property

@@ -20,6 +20,7 @@ from workload.report.run_views import (
     tool_rows,
     trace_rows,
 )
+from workload.report.shape_views import subagent_rows, ttft_split_rows
 from workload.report.views import (
     COLUMN_HELP,
     SUMMARY_COLUMNS,
@@ -98,6 +99,7 @@ def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
     summary = run_summary(data)
     classes = sorted((summary.get("by_class") or {}).keys()) or [c for c in data.classes if c]
     slo = [x for x in data.run.get("slo_results") or [] if isinstance(x, dict)]
+    split_rows, split_note = ttft_split_rows(data.requests)
     page = render_page(
         title=f"agentload run {data.run.get('run_id', data.path.name)}",
         header=run_header(data),
@@ -119,6 +121,9 @@ def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
         tool_rows=tool_rows(summary),
         tool_examples=tool_failure_examples(data.requests),
         idle_rows=_idle_rows(data),
+        ttft_split_rows=split_rows,
+        ttft_split_note=split_note,
+        subagent_rows=subagent_rows(data.sessions),
         spec_check=_spec_check_rows(data.run),
         spec_means=_spec_means(summary),
         fingerprint=fingerprint_groups(data.run),

@@ -226,6 +226,8 @@ class SimApp:
             and body.get("parallel_tool_calls") is True
         ):
             plan = self._parallel(rng, plan, tools, max_tokens)
+        if cfg.reasoning_field and g.thinking_budget and plan.tool_name is None:
+            plan = self._think(rng, rep, plan, g.thinking_budget, max_tokens, g.ignore_eos)
         structured = tool_choice == "required" or named is not None
         k = cfg.spec_k
         ereq = EngineRequest(
@@ -328,6 +330,20 @@ class SimApp:
         pieces = [*plan.pieces, "", *frags]
         finish = "length" if len(pieces) > max_tokens else plan.finish
         return replace(plan, pieces=pieces, more_calls=more, finish=finish)
+
+    def _think(self, rng, rep, plan: Plan, budget: int, max_tokens: int, ignore_eos: bool) -> Plan:
+        """A text answer preceded by up to ``budget`` reasoning tokens, within max_tokens."""
+        if ignore_eos:
+            r = min(budget, max_tokens - 1)
+            answer = max_tokens - r
+        else:
+            r = min(budget, max_tokens)
+            answer = min(len(plan.pieces), max_tokens - r)
+        finish = "length" if r + answer >= max_tokens else plan.finish
+        pieces = self.content.text_pieces(rng, r, rep) + plan.pieces[:answer]
+        if len(pieces) < r + answer:  # ignore_eos: the answer runs to max_tokens
+            pieces += self.content.text_pieces(rng, r + answer - len(pieces), rep)
+        return Plan(pieces, finish, reasoning=r)
 
     def _draw_fault(self) -> str | None:
         if not self._faults:

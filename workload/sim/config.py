@@ -19,6 +19,7 @@ from workload.errors import SimConfigError
 FAULT_KINDS = ("429", "500", "503", "reset", "malformed", "stall", "slow")
 SCHEDULING_POLICIES = ("fcfs", "priority")
 SPEC_METRICS_MODES = ("none", "summary", "detailed")
+REASONING_FIELDS = ("", "reasoning", "reasoning_content")
 
 
 @dataclass
@@ -76,6 +77,10 @@ class SimConfig:
     enable_per_request_metrics: bool = True
     dev_mode: bool = False  # VLLM_SERVER_DEV_MODE=1: /server_info exists
     model_runner: str = "v1"
+    # vLLM --reasoning-parser: "" none (thinking_token_budget is ignored, no reasoning streams);
+    # else the delta field reasoning streams in ("reasoning": vLLM 0.32; "reasoning_content":
+    # older vLLM and DeepSeek's API). A request's thinking_token_budget tokens come first.
+    reasoning_field: str = ""
     # instance noise (costmodel.InstanceNoise): off by default so tests stay deterministic
     instance_noise: bool = False
     instance_seed: int = 0  # which instance this is; the traffic seed is separate
@@ -110,6 +115,8 @@ class SimConfig:
             problems.append(f"scheduling_policy must be one of {SCHEDULING_POLICIES}")
         if self.spec_metrics not in SPEC_METRICS_MODES:
             problems.append(f"spec_metrics must be one of {SPEC_METRICS_MODES}")
+        if self.reasoning_field not in REASONING_FIELDS:
+            problems.append(f"reasoning_field must be one of {REASONING_FIELDS}")
         for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1")

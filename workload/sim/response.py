@@ -29,6 +29,7 @@ class Plan:
     tool_id: str = ""
     forced: bool = False  # tool_choice named or "required"
     named: bool = False  # tool_choice names the function
+    reasoning: int = 0  # the first tokens are reasoning (streamed in cfg.reasoning_field)
     # further calls of a parallel answer: (the piece that starts it, name, id); each call's
     # first piece carries its header, the ones after it its arguments
     more_calls: tuple[tuple[int, str, str], ...] = ()
@@ -115,6 +116,8 @@ class Response:
         finish = self._finish_reason() if finished else None
         if self.plan.tool_name is not None:
             self._emit_tool(start, n, finish)
+        elif start < self.plan.reasoning:
+            self._emit_reasoning(start, n, finish)
         else:
             self._emit(self.fmt.text("".join(self.plan.pieces[start : start + n]), finish))
         if finished:
@@ -144,6 +147,17 @@ class Response:
                 deltas.append({"content": None, "tool_calls": [{"index": k, "function": {"arguments": args}}]})  # fmt: skip
         for i, delta in enumerate(deltas):
             self._emit(self.fmt.delta(delta, finish if i == len(deltas) - 1 else None))
+
+    def _emit_reasoning(self, start: int, n: int, finish: str | None) -> None:
+        """Tokens that start in the reasoning part: reasoning first, then any content."""
+        pieces, cut = self.plan.pieces, self.plan.reasoning
+        end = min(start + n, cut)
+        delta = {self.cfg.reasoning_field: "".join(pieces[start:end])}
+        if start + n <= cut:
+            self._emit(self.fmt.delta(delta, finish))
+            return
+        self._emit(self.fmt.delta(delta, None))
+        self._emit(self.fmt.text("".join(pieces[end : start + n]), finish))
 
     def _emit(self, data: bytes | None) -> None:
         """Send one SSE event (None ends the stream), applying the injected fault."""
@@ -219,7 +233,11 @@ class Response:
             usage["prompt_tokens_details"] = details
         elif whole:
             usage["prompt_tokens_details"] = None
-        if whole:
+        if self.chat and cfg.reasoning_field:  # vLLM: with a reasoning parser
+            usage["completion_tokens_details"] = {
+                "reasoning_tokens": min(self.plan.reasoning, req.num_output)
+            }
+        elif whole:
             usage["completion_tokens_details"] = None
         return usage
 
@@ -239,7 +257,8 @@ class Response:
     def _respond_whole(self) -> None:
         cfg = self.cfg
         req, plan = self.req, self.plan
-        text = "".join(plan.pieces[: req.num_output])
+        cut = min(plan.reasoning, req.num_output)
+        text = "".join(plan.pieces[cut : req.num_output])
         finish = self._finish_reason()
         body: dict
         if self.chat:
@@ -265,7 +284,9 @@ class Response:
                         {"id": i, "type": "function", "function": {"name": n, "arguments": "".join(plan.pieces[s + 1 : e])}}
                         for s, e, n, i in plan.calls()
                     ]  # fmt: skip
-            message["reasoning"] = None
+            message["reasoning"] = "".join(plan.pieces[:cut]) if cut else None
+            if cfg.reasoning_field == "reasoning_content":
+                message["reasoning_content"] = message.pop("reasoning")
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None, "token_ids": None, "routed_experts": None}  # fmt: skip
             body = {
                 "id": req.request_id,

@@ -117,6 +117,7 @@ class Generation:
     include_usage: bool
     temperature: float  # vLLM's default without a generation config: 1.0
     seed: int | None  # the request's sampling seed
+    thinking_budget: int = 0  # vLLM thinking_token_budget (reasoning tokens before the answer)
 
 
 def parse_generation(body: dict, chat: bool, cfg: SimConfig, content: ContentModel) -> Generation:
@@ -171,6 +172,7 @@ def parse_generation(body: dict, chat: bool, cfg: SimConfig, content: ContentMod
     if salt is not None and (not isinstance(salt, str) or not salt):
         raise BadRequest(400, "cache_salt must be a non-empty string.", "cache_salt")
     ignore_eos = bool(body.get("ignore_eos", False))
+    thinking = _int(body, "thinking_token_budget", 0, 0) or 0
     opts = body.get("stream_options") or {}
     if not isinstance(opts, dict):
         raise BadRequest(400, "stream_options must be an object.", "stream_options")
@@ -219,4 +221,5 @@ def parse_generation(body: dict, chat: bool, cfg: SimConfig, content: ContentMod
         include_usage,
         temperature,
         seed,
+        thinking if chat else 0,
     )

@@ -10,7 +10,12 @@ from workload.plan.traces._agent import (
     write_agent_trace,
 )
 from workload.plan.traces._agent_export import export_run_sessions, run_agent_trace
-from workload.plan.traces._agent_fit import fit_agent_profile
+from workload.plan.traces._agent_fit import (
+    agent_stats,
+    compare_stats,
+    fit_agent_profile,
+    profile_stats,
+)
 from workload.plan.traces._agent_import import (
     AGENT_FORMATS,
     detect_agent_format,
@@ -66,9 +71,12 @@ __all__ = [
     "root_sessions",
     "session_starts",
     "AgentTrace",
+    "agent_stats",
+    "compare_stats",
+    "fit_agent_profile",
+    "profile_stats",
     "ToolCall",
     "detect_agent_format",
-    "fit_agent_profile",
     "recording_trace",
     "export_run_sessions",
     "run_agent_trace",

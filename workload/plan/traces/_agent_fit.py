@@ -1,134 +1,339 @@
-"""Fit an agentload profile to an agent-session trace (a recording, or imported sessions).
+"""Fitting a profile with agent shapes to an agent-session trace, and checking the fit.
 
-One traffic class whose sessions look like the trace's: steps per session (empirical),
-a system prompt the size of the prefix later sessions' first rounds reused (shared by
-every session when there is one), the first user turn, output sizes, the think time
-between rounds, and one catalog tool per recorded tool name with its recorded latency and
-the result size (what the next round's prompt grew by, past the answer, per call). ``run.users`` is the mean number of sessions
-in flight over the trace, ``run.duration_s`` its span plus one session.
+``fit_agent_profile`` turns the trace's sessions into traffic classes, one per agent
+(sessions grouped by model, subagent sessions apart from top-level ones), each fitted from
+its own rounds:
+
+- ``steps``: rounds per session; ``system_prompt.tokens``: the prefix round 0 reused (the
+  agent's cached system prompt), less the planner's tool-schema and message allowance;
+- ``user_turn``: tokens appended on rounds that carry no tool result; each tool's
+  ``result_tokens``: tokens appended per call on the round after its call; its
+  ``latency_s``: the recorded wait after the answer (``tools[].wait_s``);
+- ``output.tokens``: visible output (output less reasoning), ``reasoning.tokens``: the
+  recorded reasoning (when the source reports it);
+- ``tool_call_probability``, the tools' weights and ``parallel_tools`` (calls per tool
+  round); ``subagents``: the chance a round spawns subagents, how many, and their class;
+- ``think_time_s``: the idle time before a user round.
+
+Sizes are empirical: observed values with their counts when there are few distinct ones,
+else quantile bins. ``agent_stats`` summarises a trace and ``profile_stats`` the sessions a
+profile generates (planned, no server: sizes as the planner sends them), with the same
+keys, so ``compare_stats`` can put them side by side.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from workload.errors import TraceError
+from workload.measure.records import RequestRecord
 from workload.plan.loading import validate_profile
-from workload.plan.traces._agent import AgentTrace
-from workload.plan.traces._fit import _hist
+from workload.plan.sessions import Session, SessionPlanner
+from workload.plan.tokens import get_tokenizer
+from workload.plan.traces._agent import AgentRound, AgentTrace
 
-MAX_USERS = 1000
+DISTINCT_VALUES = 64  # up to this many distinct values: an empirical of the values themselves
+QUANTILE_BINS = 40
+STAT_SESSIONS = 400  # top-level sessions generated to measure a fitted profile
+TOLERANCE = 0.10  # the fit is met when a statistic is within 10 % of the trace's
 
-
-def _session_span(rounds: list[Any]) -> float:
-    return max(0.0, rounds[-1].t_end + rounds[-1].tool_wait_s - rounds[0].t_start)
-
-
-def _dist(values: list[float] | list[int], lo: int) -> dict[str, Any]:
-    """Tokens: the trace's empirical histogram (whole tokens), or a constant."""
-    if not values:
-        return {"dist": "constant", "value": lo}
-    return _hist([max(lo, round(v)) for v in values], lo)
-
-
-def _float_dist(values: list[float], floor: float) -> dict[str, Any]:
-    """Seconds: an empirical dist of the values (ms precision), or a constant."""
-    vals = [round(max(floor, v), 3) for v in values]
-    if not vals:
-        return {"dist": "constant", "value": floor}
-    if len(set(vals)) == 1:
-        return {"dist": "constant", "value": vals[0]}
-    return {"dist": "empirical", "values": vals}
+# (key, label) of the statistics compared, in print order; per-tool waits follow.
+STATS = (
+    ("rounds_per_session", "rounds per session"),
+    ("input_tokens", "input per round (tokens)"),
+    ("prefix_tokens", "prefix per round (tokens)"),
+    ("appended_tokens", "appended per round (tokens)"),
+    ("output_tokens", "output per round (tokens)"),
+    ("reasoning_tokens", "reasoning per round (tokens)"),
+    ("tool_calls_per_tool_round", "tool calls per tool round"),
+    ("parallel_tool_rounds", "tool rounds with parallel calls"),
+    ("subagents_per_session", "subagents per session"),
+    ("rounds_per_subagent", "rounds per subagent"),
+)
 
 
-def _tools(trace: AgentTrace) -> tuple[dict[str, Any], dict[str, float], float]:
-    """(catalog, class weights, tool call probability) from the recorded tool calls."""
-    lat: dict[str, list[float]] = {}
-    result: dict[str, list[float]] = {}
-    tool_rounds = non_final = 0
-    for rs in trace.sessions.values():
-        for k, r in enumerate(rs):
-            if k < len(rs) - 1:
-                non_final += 1
-                tool_rounds += bool(r.tools)
-            nxt = rs[k + 1] if k + 1 < len(rs) else None
-            per = None
-            if nxt is not None and r.tools:
-                # what the prompt grew by past the answer: the results (whatever was reused)
-                per = max(1.0, (nxt.input_tokens - r.input_tokens - r.output_tokens) / len(r.tools))
-            for t in r.tools:
-                lat.setdefault(t.name, []).append(
-                    t.latency_s if t.latency_s is not None else t.wait_s
-                )
-                if per is not None:
-                    result.setdefault(t.name, []).append(per)
-    catalog = {
-        name: {
-            "description": f"Recorded tool {name}",
-            "latency_s": _float_dist(lat[name], 0.0),
-            "result_tokens": _dist(result.get(name, []), 1),
-            "weight": len(lat[name]),
-        }
-        for name in sorted(lat)
+def _empirical(values: Sequence[float]) -> Any:
+    """A distribution of observed values: a constant, the values with counts, or bins."""
+    x = [float(v) for v in values]
+    if not x:
+        return 0
+    distinct = Counter(x)
+    if len(distinct) == 1:
+        return x[0]
+    if len(distinct) <= DISTINCT_VALUES:
+        keys = sorted(distinct)
+        return {"dist": "empirical", "values": keys, "weights": [distinct[k] for k in keys]}
+    arr = np.asarray(x)
+    edges = np.unique(np.quantile(arr, np.linspace(0, 1, QUANTILE_BINS + 1)))
+    counts, _ = np.histogram(arr, bins=edges)
+    return {
+        "dist": "empirical",
+        "bins": [float(e) for e in edges],
+        "counts": [int(c) for c in counts],
     }
-    weights = {name: float(len(lat[name])) for name in sorted(lat)}
-    prob = tool_rounds / non_final if non_final else 0.0
-    return catalog, weights, round(prob, 4)
 
 
-def fit_agent_profile(
-    trace: AgentTrace, *, name: str = "recorded", seed: int = 1
-) -> dict[str, Any]:
-    """A profile dict (validated) whose sessions have the trace's shape (see the module)."""
-    roots = trace.roots
-    if not roots:
-        raise TraceError(f"{trace.source}: no sessions to fit")
-    firsts = [trace.sessions[s][0] for s in roots]
-    shared = int(statistics.median([r.prefix_tokens for r in firsts[1:]])) if len(firsts) > 1 else 0
-    shared = min(shared, min(r.input_tokens for r in firsts) - 1)
-    shared = max(0, shared)
-    steps = [len(trace.sessions[s]) for s in roots]
-    rounds = [r for s in roots for r in trace.sessions[s]]
-    catalog, weights, prob = _tools(trace)
-    starts = [trace.sessions[s][0].t_start for s in roots]
-    spans = [_session_span(trace.sessions[s]) for s in roots]
-    span = max(starts) - min(starts)
-    total = max(s + d for s, d in zip(starts, spans, strict=True)) - min(starts)
-    # the mean number of sessions in flight over the recording
-    users = max(1, min(MAX_USERS, round(sum(spans) / total))) if total > 0 else len(roots)
-    think = [r.think_s for r in rounds if r.round > 0 and r.think_s > 0]
+def _mean(values: Iterable[float]) -> float | None:
+    v = list(values)
+    return sum(v) / len(v) if v else None
+
+
+def _calls(r: AgentRound) -> list[str]:
+    """The round's ordinary tool calls (a call that ran a subagent is a spawn)."""
+    return [t.name for t in r.tools if t.subagent is None]
+
+
+def _spawns(r: AgentRound) -> int:
+    return sum(1 for t in r.tools if t.subagent is not None)
+
+
+# ---------------------------------------------------------------------------- statistics
+def _round_stats(rounds: list[dict[str, Any]], roots: int, subs: list[int]) -> dict[str, Any]:
+    tool_rounds = [r for r in rounds if r["calls"]]
+    waits: dict[str, list[float]] = {}
+    for r in rounds:
+        for name, w in r["waits"]:
+            waits.setdefault(name, []).append(w)
+    known = [r["reasoning"] for r in rounds if r["reasoning"] is not None]
+    return {
+        "rounds_per_session": _mean(r["rounds"] for r in rounds if r["first"] and r["root"]),
+        "input_tokens": _mean(r["prefix"] + r["appended"] for r in rounds),
+        "prefix_tokens": _mean(r["prefix"] for r in rounds),
+        "appended_tokens": _mean(r["appended"] for r in rounds),
+        "output_tokens": _mean(r["output"] for r in rounds),
+        "reasoning_tokens": _mean(known),
+        "tool_calls_per_tool_round": _mean(len(r["calls"]) for r in tool_rounds),
+        "parallel_tool_rounds": _mean(float(len(r["calls"]) > 1) for r in tool_rounds),
+        "subagents_per_session": len(subs) / roots if roots else None,
+        "rounds_per_subagent": _mean(subs),
+        "tool_wait_s": {k: _mean(v) for k, v in sorted(waits.items())},
+    }
+
+
+def agent_stats(trace: AgentTrace) -> dict[str, Any]:
+    """The session statistics of a trace (means; see STATS)."""
+    rows: list[dict[str, Any]] = []
+    for rs in trace.sessions.values():
+        root = rs[0].parent is None
+        for k, r in enumerate(rs):
+            prev = rs[k - 1] if k else None
+            rows.append({
+                "first": k == 0, "root": root, "rounds": len(rs),
+                "prefix": r.prefix_tokens, "appended": r.appended_tokens,
+                "output": r.output_tokens, "reasoning": r.reasoning_tokens,
+                "calls": _calls(r),
+                "waits": [(t.name, t.wait_s) for t in prev.tools if t.subagent is None]
+                if prev else [],
+            })  # fmt: skip
+    subs = [len(rs) for rs in trace.sessions.values() if rs[0].parent is not None]
+    return _round_stats(rows, len(trace.roots), subs)
+
+
+def _play(session: Session, rows: list[dict[str, Any]], subs: list[int], root: bool) -> None:
+    """Plan a session to its end as the player would (scripted replies), collecting rounds."""
+    mine: list[dict[str, Any]] = []
+    spawn = session._c.spawn_tool
+    while (st := session.next_step()) is not None:
+        for child in session.children_due()[0]:
+            _play(child.session, rows, subs, root=False)
+        calls = [c for c in (st.planned_calls or (st.planned_tool,)) if c and c != spawn]
+        mine.append({
+            "first": not mine, "root": root, "prefix": st.cacheable_tokens_est,
+            "appended": st.prompt_tokens_est - st.cacheable_tokens_est,
+            "output": st.max_tokens,
+            "reasoning": st.reasoning_tokens if session._c.reasoning else None,
+            "calls": calls, "waits": list(st.tool_waits),
+        })  # fmt: skip
+        session.observe(RequestRecord(step=st.step))
+    for r in mine:
+        r["rounds"] = len(mine)
+    rows.extend(mine)
+    if not root:
+        subs.append(len(mine))
+
+
+def profile_stats(raw: dict[str, Any], sessions: int = STAT_SESSIONS) -> dict[str, Any]:
+    """The statistics of ``sessions`` top-level sessions a profile generates (planned)."""
+    prof = validate_profile(raw, "fitted profile")
+    planner = SessionPlanner(
+        prof, get_tokenizer("tiktoken:cl100k_base"), model="fit", max_model_len=None
+    )
+    weighted = {n: c.weight or 0.0 for n, c in prof.classes.items() if c.fixed_count is None}
+    total = sum(weighted.values()) or 1.0
+    rows: list[dict[str, Any]] = []
+    subs: list[int] = []
+    roots = 0
+    for name, w in weighted.items():
+        n = max(1, round(sessions * w / total))
+        for i in range(n):
+            _play(planner.new_session(name, i, 0), rows, subs, root=True)
+        roots += n
+    return _round_stats(rows, roots, subs)
+
+
+def compare_stats(trace: dict[str, Any], fitted: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows (statistic, trace, fitted, difference, met) for the statistics either side has."""
+    rows = []
+    pairs = [(label, trace.get(k), fitted.get(k)) for k, label in STATS]
+    for tool, v in trace["tool_wait_s"].items():
+        pairs.append((f"tool wait {tool} (s)", v, fitted["tool_wait_s"].get(tool)))
+    for label, a, b in pairs:
+        if a is None and b is None:
+            continue
+        diff = None
+        if a is not None and b is not None:
+            diff = 0.0 if a == b else (b - a) / abs(a) if a else math.inf
+        met = diff is not None and abs(diff) <= TOLERANCE
+        rows.append({"statistic": label, "trace": a, "fitted": b, "diff": diff, "met": met})
+    return rows
+
+
+# ---------------------------------------------------------------------------- the fit
+def _class_name(model: str | None, sub: bool, taken: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", model or "agent").strip("-") or "agent"
+    base += "-subagent" if sub else ""
+    name, i = base, 2
+    while name in taken:
+        name, i = f"{base}-{i}", i + 1
+    return name
+
+
+def _groups(trace: AgentTrace) -> dict[tuple[str | None, bool], list[str]]:
+    out: dict[tuple[str | None, bool], list[str]] = {}
+    for name, rs in trace.sessions.items():
+        out.setdefault((rs[0].model, rs[0].parent is not None), []).append(name)
+    return out
+
+
+def _fit_class(trace: AgentTrace, names: list[str], child: str | None) -> tuple[dict, dict]:
+    """(class dict, per-tool observations {name: {"wait": [...], "result": [...]}})."""
+    sessions = [trace.sessions[n] for n in names]
+    tools: dict[str, dict[str, list[float]]] = {}
+    user, outputs, reasoning, think, par = [], [], [], [], []
+    tool_steps = plain_steps = spawn_steps = 0
+    fanout: list[float] = []
+    weights: Counter[str] = Counter()
+    for rs in sessions:
+        for k, r in enumerate(rs):
+            prev = rs[k - 1] if k else None
+            prev_calls = _calls(prev) if prev else []
+            if prev is not None and (prev_calls or _spawns(prev)):
+                per = r.appended_tokens / max(1, len(prev_calls) + _spawns(prev))
+                for t in prev.tools:
+                    key = t.name
+                    tools.setdefault(key, {"wait": [], "result": [], "spawn": []})
+                    tools[key]["result"].append(per)
+                    if t.subagent is None:
+                        tools[key]["wait"].append(t.wait_s)
+                    else:
+                        tools[key]["spawn"].append(1.0)
+            else:
+                user.append(r.appended_tokens)
+                if k:
+                    think.append(r.think_s)
+            outputs.append(max(1, r.output_tokens - (r.reasoning_tokens or 0)))
+            if r.reasoning_tokens is not None:
+                reasoning.append(r.reasoning_tokens)
+            if k == len(rs) - 1:
+                continue
+            if _spawns(r):
+                spawn_steps += 1
+                fanout.append(_spawns(r))
+                continue
+            calls = _calls(r)
+            plain_steps += 1
+            if calls:
+                tool_steps += 1
+                par.append(len(calls))
+                weights.update(calls)
+    prefix0 = _mean(rs[0].prefix_tokens for rs in sessions) or 0.0
     cls: dict[str, Any] = {
-        "description": f"Sessions shaped like the {len(roots)} recorded in {trace.source}",
-        "weight": 1,
-        "steps": {"dist": "empirical", "values": sorted(set(steps)),
-                  "weights": [steps.count(v) for v in sorted(set(steps))]},
-        "max_steps": max(steps),
-        "system_prompt": {"tokens": shared, "share": "global" if shared else "session"},
-        "user_turn": _dist([r.input_tokens - shared for r in firsts], 1),
-        "output": {"tokens": _dist([r.output_tokens for r in rounds], 1), "ignore_eos": True},
-        "think_time_s": _float_dist(think, 0.0),
-        "tools": weights,
-        "tool_call_probability": prob,
-        "tool_choice": "required" if prob >= 0.999 else "auto",
-    }  # fmt: skip
-    if not weights:
-        del cls["tools"], cls["tool_choice"]
-        cls["tool_call_probability"] = 0.0
+        "description": f"fitted from {len(sessions)} session(s)",
+        "steps": _empirical([len(rs) for rs in sessions]),
+        "system_prompt": {"tokens": int(round(prefix0)), "share": "class"},
+        "user_turn": _empirical(user or [1]),
+        "output": {"tokens": _empirical(outputs), "ignore_eos": True},
+        "think_time_s": _empirical(think or [0.0]),
+    }
+    if weights:
+        cls["tools"] = {n: float(c) for n, c in sorted(weights.items())}
+        cls["tool_call_probability"] = round(tool_steps / plain_steps, 6) if plain_steps else 0.0
+        if any(p > 1 for p in par):
+            cls["parallel_tools"] = _empirical(par)
+    if reasoning:
+        cls["reasoning"] = {"tokens": _empirical(reasoning)}
+    if child is not None and spawn_steps:
+        steps = plain_steps + spawn_steps
+        spawn_tool = next(t.name for rs in sessions for r in rs for t in r.tools if t.subagent)
+        cls["subagents"] = {
+            "class_name": child,
+            "probability": round(spawn_steps / steps, 6),
+            "count": _empirical(fanout),
+            "tool": spawn_tool,
+        }
+    return cls, tools
+
+
+def fit_agent_profile(trace: AgentTrace, *, name: str = "agents", seed: int = 1) -> dict[str, Any]:
+    """A profile dict (validated) whose sessions follow the trace's (see the module docstring)."""
+    if not trace.roots:
+        raise TraceError("an agent-session trace needs at least one top-level session to fit")
+    groups = _groups(trace)
+    names: dict[tuple[str | None, bool], str] = {}
+    for key in sorted(groups, key=lambda k: (k[1], str(k[0]))):
+        names[key] = _class_name(key[0], key[1], set(names.values()))
+    classes: dict[str, Any] = {}
+    seen: dict[str, dict[str, list[float]]] = {}
+    for (model, sub), members in sorted(groups.items(), key=lambda kv: (kv[0][1], str(kv[0][0]))):
+        kids = {trace.sessions[c][0].model for s in members for c in trace.children(s)}
+        child = names.get((sorted(kids, key=str)[0], True)) if kids and not sub else None
+        cls, obs = _fit_class(trace, members, child)
+        cls["weight" if not sub else "fixed_count"] = len(members) if not sub else 0
+        classes[names[(model, sub)]] = cls
+        for t, o in obs.items():
+            acc = seen.setdefault(t, {"wait": [], "result": [], "spawn": []})
+            for k2 in acc:
+                acc[k2] += o[k2]
+    catalog = {
+        t: {
+            "parameters": {"type": "object", "properties": {}},
+            "latency_s": _empirical(o["wait"] or [0.0]),
+            "result_tokens": _empirical(o["result"] or [1]),
+        }
+        for t, o in sorted(seen.items())
+    }
+    s = trace
     raw: dict[str, Any] = {
         "schema_version": 1,
         "name": name,
         "description": (
-            f"Fitted from agent-session trace {trace.source}: {len(roots)} sessions, "
-            f"{len(rounds)} rounds, {sum(len(r.tools) for r in rounds)} tool calls"
+            f"Fitted from agent-session trace {s.source}: {len(s.roots)} session(s), "
+            f"{len(s.sessions) - len(s.roots)} subagent(s), {s.rounds} rounds"
         ),
         "seed": seed,
-        "run": {"users": users, "duration_s": max(1.0, round(span + max(spans, default=1.0), 1))},
+        "run": {"users": max(1, len(s.roots))},
         "tools": catalog,
-        "classes": {"recorded": cls},
+        "classes": classes,
     }
-    if not math.isfinite(raw["run"]["duration_s"]):
-        raise TraceError(f"{trace.source}: times are not finite")
+    return _settle_prefix(raw, trace, list(names.values()))
+
+
+def _settle_prefix(raw: dict[str, Any], trace: AgentTrace, classes: list[str]) -> dict[str, Any]:
+    """Take the planner's tool-schema and message allowance off each system prompt, so round
+    0's prefix is the recorded one; validates the profile."""
+    prof = validate_profile(raw, f"fit of {trace.source}")
+    planner = SessionPlanner(
+        prof, get_tokenizer("tiktoken:cl100k_base"), model="fit", max_model_len=None
+    )
+    for cname in classes:
+        want = raw["classes"][cname]["system_prompt"]["tokens"]
+        extra = planner.classes[cname].prefix_tokens - want
+        raw["classes"][cname]["system_prompt"]["tokens"] = max(0, want - extra)
     validate_profile(raw, f"fit of {trace.source}")
     return raw

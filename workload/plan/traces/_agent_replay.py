@@ -155,6 +155,7 @@ class AgentSession:
         self.trace_index = index  # the root session's place in the trace
         self.class_name = TRACE_CLASS
         self.session_id = name
+        self.parent_session = trace.sessions[name][0].parent
         self.steps_planned = len(self.rounds)
         self.steps_done = 0
         self.outcome: str | None = None

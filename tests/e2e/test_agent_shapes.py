@@ -1,0 +1,60 @@
+"""`agentload run` with the agent shapes (parallel tools, subagents, reasoning) on the simulator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cli import FIXTURES, agentload
+from workload.measure.artifacts import read_records
+
+pytestmark = pytest.mark.slow
+
+PROFILE = str(FIXTURES / "agent_shapes.yaml")
+
+
+def _end(r: dict) -> float:
+    return r["t_start"] + r["e2e_ms"] / 1000
+
+
+def test_subagents_run_beside_each_other_and_the_parent_joins_them(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    p = agentload(
+        "run", "--profile", PROFILE, "--users", "2", "--sessions-per-user", "3",
+        "--duration", "60s", "--sim-preset", "fast", "--sim-set", "reasoning_field=reasoning",
+        "--out", str(out), timeout=150,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    reqs = list(read_records(out, "requests"))
+    sess = list(read_records(out, "sessions"))
+    by: dict[str, list[dict]] = {}
+    for r in reqs:
+        by.setdefault(r["session_id"], []).append(r)
+    kids = [s for s in sess if s["parent_session"]]
+    assert kids and all(s["user_class"] == "explorer" for s in kids)
+    assert all(s["outcome"] == "completed" for s in sess)
+    spawns: dict[tuple[str, int], list[str]] = {}
+    for s in kids:
+        step = int(s["session_id"].rsplit("-", 1)[1].split(".")[0])
+        spawns.setdefault((s["parent_session"], step), []).append(s["session_id"])
+    overlapped = 0
+    for (parent, step), names in spawns.items():
+        spawn = next(r for r in by[parent] if r["step"] == step)
+        join = next(r for r in by[parent] if r["step"] == step + 1)
+        starts = [min(r["t_start"] for r in by[n]) for n in names]
+        ends = [max(_end(r) for r in by[n]) for n in names]
+        assert min(starts) >= _end(spawn)  # started by the spawning answer
+        assert join["t_start"] >= max(ends)  # the parent's next step waited for the slowest
+        overlapped += len(names) > 1 and max(starts) < min(ends)  # siblings ran together
+    assert overlapped >= 1
+    agent = [r for r in reqs if r["user_class"] == "agent"]
+    assert all(r["reasoning_requested"] == 120 for r in agent)
+    # reasoning streams first (chunks read together share one stamp, so >= per request)
+    assert all(r["reasoning_chunks"] > 0 and r["ttft_content_ms"] >= r["ttft_ms"] for r in agent)
+    summary = json.loads((out / "run.json").read_text())["summary"]["by_class"]["agent"]
+    assert summary["reasoning_tokens"] == 120 * len(agent)
+    assert summary["ttft_content_ms"]["p50"] > summary["ttft_ms"]["p50"]
+    html = (out / "report.html").read_text()
+    assert 'id="ttft-split"' in html and 'id="subagents"' in html

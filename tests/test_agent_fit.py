@@ -1,0 +1,73 @@
+"""`agentload trace fit` on agent-session traces: a profile with agent shapes, and its check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_agent_traces import _task_session, _write
+from workload.cli.trace import main_trace
+from workload.plan.loading import load_profile
+from workload.plan.traces import (
+    agent_stats,
+    compare_stats,
+    fit_agent_profile,
+    profile_stats,
+    read_agent_trace,
+)
+
+FIX = Path(__file__).parent / "fixtures" / "traces"
+ROUNDS = FIX / "tracelab_round_trace.jsonl"
+
+
+def _rows(trace):
+    prof = fit_agent_profile(trace)
+    return prof, {r["statistic"]: r for r in compare_stats(agent_stats(trace), profile_stats(prof))}
+
+
+def test_the_normalized_sample_fits_one_class_per_agent_with_its_shapes():
+    trace = read_agent_trace(ROUNDS)
+    prof, rows = _rows(trace)
+    assert sorted(prof["classes"]) == ["claude-opus-4-8", "gpt-5.4"]
+    codex = prof["classes"]["gpt-5.4"]
+    assert codex["parallel_tools"]["values"] == [1.0, 2.0, 3.0]  # Codex ran up to 3 at once
+    assert "reasoning" in codex and "reasoning" not in prof["classes"]["claude-opus-4-8"]
+    assert prof["tools"]["WebSearch"]["latency_s"]["values"] == pytest.approx(
+        [12.688, 16.113, 19.291], abs=1e-3
+    )
+    # the generated sessions follow the trace (the bench prints every figure)
+    for stat in (
+        "rounds per session",
+        "appended per round (tokens)",
+        "output per round (tokens)",
+        "reasoning per round (tokens)",
+        "tool calls per tool round",
+        "tool wait WebSearch (s)",
+    ):
+        assert rows[stat]["met"], rows[stat]
+
+
+def test_subagents_fit_a_child_class_the_parent_spawns_and_joins(tmp_path: Path):
+    recs, _ = _task_session(agent_in_file=True)
+    trace = read_agent_trace(_write(tmp_path / "S.jsonl", recs))
+    prof, rows = _rows(trace)
+    (parent,) = [c for c in prof["classes"].values() if "subagents" in c]
+    child = prof["classes"][parent["subagents"]["class_name"]]
+    assert child["fixed_count"] == 0 and parent["subagents"]["tool"] == "Task"
+    assert parent["subagents"]["probability"] == 1.0
+    assert rows["subagents per session"]["trace"] == 1.0
+    assert rows["subagents per session"]["met"] and rows["rounds per subagent"]["met"]
+
+
+def test_cli_fit_writes_a_loadable_profile_and_prints_both_sides(tmp_path: Path, capsys):
+    out = tmp_path / "fit.yaml"
+    assert main_trace(["fit", str(ROUNDS), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "statistic" in text and "within 10 %" in text and "tool wait Bash (s)" in text
+    assert "statistics within 10 %" in text.splitlines()[-1]
+    prof = load_profile(str(out))
+    assert prof.name == "fit" and set(prof.classes) == set(
+        yaml.safe_load(out.read_text())["classes"]
+    )
