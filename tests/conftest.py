@@ -22,8 +22,9 @@ from tests.vllm.shared import stop_shared
 
 # Tests that use the session's shared vLLM server: one work unit, one worker.
 SHARED_VLLM_UNIT = "real-vllm-shared-server"
-# Tests that start servers of their own (no shared counters): a unit each, but sent early.
-OWN_SERVERS = ("tests/vllm/test_canary_real.py",)
+# Modules that start servers of their own (no shared counters): a unit per module (its
+# tests share that module's server), sent early, beside the shared-server unit.
+OWN_SERVERS = ("tests/vllm/test_canary_real.py", "tests/vllm/test_agent_replay_real.py")
 # The long end-to-end files (measured with --durations), sent before the short tests.
 LONG_FIRST = (
     "tests/vllm/",
@@ -33,7 +34,9 @@ LONG_FIRST = (
 
 
 def _unit(nodeid: str) -> str:
-    if nodeid.startswith("tests/vllm/") and not nodeid.startswith(OWN_SERVERS):
+    if nodeid.startswith(OWN_SERVERS):
+        return nodeid.split("::", 1)[0]
+    if nodeid.startswith("tests/vllm/"):
         return SHARED_VLLM_UNIT
     return nodeid
 

@@ -14,7 +14,7 @@ Knobs (environment):
 
 Under pytest-xdist the workers share one server (tests/vllm/shared.py): the
 first worker that needs it starts it, the others attach, and the controller
-stops it when the whole session ends (tests/conftest.py). Tests in this folder
+stops it when the whole session ends (tests/conftest.py). Tests on that server
 take a cross-worker lock for their duration, so they run one at a time as in a
 plain session -- several assert on the server's counters, which another
 worker's traffic would move.
@@ -92,10 +92,13 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(autouse=True)
-def _one_vllm_test_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Under xdist, hold the cross-worker lock while a real-vLLM test runs (see module doc)."""
+def _one_vllm_test_at_a_time(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Under xdist, a test on the shared server holds the cross-worker lock while it runs
+    (see the module doc); tests with servers of their own do not wait for it."""
     share = shared.shared_dir(tmp_path_factory)
-    if share is None:
+    if share is None or "vllm_server" not in request.fixturenames:
         yield
         return
     with shared.exclusive(share / "use.lock"):
