@@ -74,12 +74,21 @@ def _scope_name(scope: str) -> str:
     return "overall" if scope == "overall" else scope.split(":", 1)[1].replace(":", " ")
 
 
+# The headline's words when the profile's compare: section names no bench run behind it.
+NOT_VALIDATED = "thresholds not validated for this profile"
+
+
 def headline(c: Comparison) -> list[str]:
     """The 3-5 lines that decide the rollout: verdict, what got worse, where, what was not seen."""
     gated = sorted(c.rows(gated=True), key=_order)
     worse = [m for m in gated if m.verdict == VERDICT_WORSE]
     better = [m for m in gated if m.verdict == VERDICT_BETTER]
-    lines = [f"VERDICT: {c.verdict.upper()} (exit {c.exit_code})"]
+    lines = [
+        f"VERDICT: {c.verdict.upper()} (exit {c.exit_code})"
+        + ("" if c.validated_by else f"; {NOT_VALIDATED}")
+    ]
+    if c.decided_by:
+        lines.append("Decided by: " + " | ".join(c.decided_by))
 
     def items(ms: list[MetricDiff]) -> str:
         s = ", ".join(f"{_scope_name(m.scope)} {metric_label(m)} {fmt_delta(m)}" for m in ms[:4])
@@ -122,7 +131,7 @@ def headline(c: Comparison) -> list[str]:
     ]
     if shown and len(lines) < 5:
         lines.append("Shown, not gated, worse: " + items(sorted(shown, key=_order)))
-    return lines[:5]
+    return lines[:6]
 
 
 def rules_out(gated: list[MetricDiff], limit: int = 5) -> str:
