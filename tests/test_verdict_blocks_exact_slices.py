@@ -194,8 +194,8 @@ def test_better_ttft_worse_tpot_is_mixed_and_fails(tmp_path):
     text = render_text(cmp).splitlines()
     # a synthetic profile names no bench run behind its thresholds: the headline says so
     assert text[0] == "VERDICT: MIXED (exit 3); thresholds not validated for this profile"
-    assert text[1].startswith("Decided by: worse: tpot_shift, e2e_shift (paired per-request shift")
-    assert "| better: ttft_shift (paired per-request shift" in text[1]
+    assert text[1].startswith("Decided by: worse: tpot_shift, e2e_shift (session bootstrap)")
+    assert "| better: ttft_shift (session bootstrap)" in text[1]
     assert text[2].startswith("Worse (gated): overall TPOT")
     assert not _row(cmp, "overall", "itl_p95").gated
 

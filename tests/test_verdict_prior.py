@@ -161,3 +161,12 @@ def test_sim_process_is_deterministic_unless_asked():
     assert "--no-instance-noise" in SimProcess().args
     noisy = SimProcess(instance_noise=True, instance_seed=3).args
     assert "--no-instance-noise" not in noisy and noisy[-2:] == ["--instance-seed", "3"]
+
+
+def test_the_verdict_quality_page_is_what_the_committed_summaries_give(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import verdict_tables
+
+    page = verdict_tables.DOC.read_text()
+    assert "<!-- table:real-rates -->" in page and "(no results yet)" not in page
+    assert verdict_tables.rewrite(page) == page, "python bench/verdict_tables.py --write"

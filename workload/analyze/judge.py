@@ -271,7 +271,7 @@ def overall_verdict(gated: list[MetricDiff]) -> str:
 
 
 _EVIDENCE = {
-    "bootstrap": "paired per-request shift, session bootstrap",
+    "bootstrap": "session bootstrap",
     "blocks": "t-interval across the canary's own blocks",
     "prior": "against the measured instance spread (too few blocks to estimate it)",
     "exact": "exact test on counts",

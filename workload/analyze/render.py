@@ -114,10 +114,15 @@ def headline(c: Comparison) -> list[str]:
             lines.append(f"To settle it: {c.settle['line']}.")
     if better:
         lines.append("Better (gated): " + items(better))
+    one_way = [m for m in gated if m.underpowered is not None]
     if not worse and not better and not unsettled:
         lines.append(
             f"No gated metric moved ({c.gated_count} judged); each interval excludes a "
             "regression of its threshold."
+            if not one_way
+            else f"No gated metric moved ({c.gated_count} judged); {len(one_way)} of them "
+            "judged only for getting worse (too few blocks or sessions to rule out their "
+            "threshold; see the warnings)."
         )
     if not worse and not unsettled:
         ruled = rules_out(gated)
