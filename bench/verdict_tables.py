@@ -334,9 +334,9 @@ def table_real_rates(campaign: str = "real-1") -> str:
         lines.append(
             f"| A/A not called worse, {label} | {_rate(k, len(js))} | ≥ 95 %: {_target(k, len(js), 0.95)} |"
         )
-        k0 = sum(j["exit"] == 0 for j in js)
+        k0 = sum(j["verdict"] == "no detectable change" for j in js)
         lines.append(
-            f'| A/A "no detectable change" (exit 0), {label} | {_rate(k0, len(js))} | ≥ 95 %: {_target(k0, len(js), 0.95)} |'
+            f'| A/A "no detectable change", {label} | {_rate(k0, len(js))} | ≥ 95 %: {_target(k0, len(js), 0.95)} |'
         )
         js = [t[key] for t in reg if key in t]
         k = sum(j["verdict"] in FAILS for j in js)
@@ -373,7 +373,7 @@ def table_sim(campaign: str = "sim-tail") -> str:
     trials = load(campaign)
     aa = [t for t in trials if t["kind"] == "aa"]
     tail = [t for t in trials if t["kind"] != "aa"]
-    k_aa = sum(t["judged"]["exit"] == 0 for t in aa)
+    k_aa = sum(t["judged"]["verdict"] == "no detectable change" for t in aa)
     k_t = sum(t["judged"]["verdict"] in FAILS for t in tail)
     lines = ["| | result (Wilson 95 %) | target |", "|---|---|---|"]
     lines.append(

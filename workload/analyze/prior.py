@@ -39,22 +39,22 @@ from workload.analyze.catalogue import MetricDiff
 # side by side on a 2-core host shared with other work. Written by
 # `python bench/verdict_tables.py --write-prior` from bench/results/real-1/; a test checks they agree.
 INSTANCE_SPREAD: dict[str, float] = {
-    "cached_ratio": 0.037,
-    "completed_sessions": 0.161,
-    "e2e_p50": 0.622,
-    "e2e_p95": 0.51,
-    "e2e_shift": 0.612,
-    "output_throughput": 0.269,
-    "tpot_p50": 0.719,
-    "tpot_p90": 0.318,
-    "tpot_p95": 0.47,
-    "tpot_shift": 0.717,
-    "ttft_p50": 0.735,
-    "ttft_p95": 0.577,
-    "ttft_shift": 0.544,
+    "cached_ratio": 0.03,
+    "completed_sessions": 0.184,
+    "e2e_p50": 0.707,
+    "e2e_p95": 0.669,
+    "e2e_shift": 0.813,
+    "output_throughput": 0.249,
+    "tpot_p50": 0.813,
+    "tpot_p90": 0.767,
+    "tpot_p95": 0.726,
+    "tpot_shift": 0.888,
+    "ttft_p50": 0.741,
+    "ttft_p95": 0.768,
+    "ttft_shift": 0.747,
 }
-PRIOR_DF = 5  # A/A blocks behind the measurement - 1
-PRIOR_SOURCE = "real vLLM-CPU A/A, 6 A/A blocks of 3 trials, bench/results/real-1"
+PRIOR_DF = 13  # A/A blocks behind the measurement - 1
+PRIOR_SOURCE = "real vLLM-CPU A/A, 14 A/A blocks of 7 trials, bench/results/real-1"
 
 
 def prior_rows(metrics: list[MetricDiff], blocks: int) -> list[MetricDiff]:
