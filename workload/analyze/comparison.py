@@ -68,6 +68,11 @@ class Comparison:
     # inconclusive: what is unsettled and how much more traffic would settle it
     settle: dict[str, Any] | None = None
     tails: GateTails | None = None  # how alpha was split over the gated rows
+    # which evidence decided the verdict (judge.decided_by): deciding rows, how each was judged
+    decided_by: list[str] = field(default_factory=list)
+    # where the gated thresholds were validated (the profile's compare.validated_by), or None:
+    # the headline then says they were not
+    validated_by: str | None = None
 
     @property
     def weighted_alpha(self) -> bool:
@@ -95,6 +100,8 @@ class Comparison:
             "run_b": {"path": str(self.run_b.path), "run_id": self.run_b.run.get("run_id")},
             "verdict": self.verdict,
             "exit_code": self.exit_code,
+            "decided_by": self.decided_by,
+            "thresholds_validated_by": self.validated_by,
             "method": {
                 "confidence": self.confidence,
                 "n_boot": self.n_boot,

@@ -73,6 +73,7 @@ def _pysum(x: np.ndarray) -> float:
 
 
 MIN_SAMPLES = 20  # per side, below which a metric is "insufficient data"
+MIN_PRIOR_PAIRS = 5  # paired requests a shift's point needs to be judged on the prior alone
 
 # Ratios of independent yes/no outcomes (sessions; requests for errors), judged by an exact
 # test on their counts at any sample size (`verdict`): 100 % -> 15 % session success over
@@ -158,12 +159,16 @@ def _shift_metric(
     va, vb = xa[ia], xb[ib]
     m.a = quantile_sorted(np.sort(va), 0.5)
     m.b = quantile_sorted(np.sort(vb), 0.5)
-    if len(keys) < MIN_SAMPLES:
-        return m, None
     lr = np.log(vb) - np.log(va)
     order = np.argsort(lr, kind="stable")
     slr = lr[order]
     med = quantile_sorted(slr, 0.5)
+    if len(keys) < MIN_SAMPLES:
+        # the point only (no interval of its own: insufficient data), which the measured
+        # instance spread can still judge with 2-3 blocks (prior.py)
+        if len(keys) >= MIN_PRIOR_PAIRS:
+            m.change = math.expm1(med)
+        return m, None
     m.change = math.expm1(med)
     cl = sc.cl_a[keys // sc.reqs[0].t.step_span]
     return m, (slr, cl[order], med)

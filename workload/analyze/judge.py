@@ -68,8 +68,9 @@ def gate_tails(metrics: list[MetricDiff], alpha: float) -> GateTails:
 
 
 def _quantile(m: MetricDiff, tail: float) -> float:
-    """The one-sided quantile for `tail`: Student's t with the block interval's df, else normal."""
-    if m.method == "blocks" and m.df >= 1:
+    """The one-sided quantile for `tail`: Student's t with the block interval's (or the measured
+    prior's) df, else normal."""
+    if m.method in ("blocks", "prior") and m.df >= 1:
         return float(_sps.t.ppf(1 - tail, m.df))
     return float(_sps.norm.ppf(1 - tail))
 
@@ -148,7 +149,10 @@ def equivalence(m: MetricDiff, alpha: float, gate_tail: float) -> None:
         # would otherwise make every canary inconclusive (a few structured-output steps).
         return
     sign = 1.0 if m.higher_is_worse else -1.0
-    if m.method == "exact" and m.counts and m.scope.startswith("class:"):
+    if m.method == "exact" and m.counts:
+        # Too few sessions (or requests) to rule out the threshold even with no events on
+        # either side: judged only for getting worse (the verdict lists it), at any scope --
+        # a handful of sessions per block cannot settle 5 points, whatever the servers do.
         _, na, _, nb = m.counts
         floor = _exact_interval((0, na, 0, nb), alpha)[1]  # no events on either side
         if floor >= m.threshold:
@@ -175,6 +179,10 @@ def equivalence(m: MetricDiff, alpha: float, gate_tail: float) -> None:
             ub = pt + q_eq * m.se
             m.eq_bound = sign * ub
         h_eq, h_gate = q_eq * m.se, _quantile(m, gate_tail) * m.se
+    if m.method == "prior":
+        # judged against the measured instance spread: one way only (prior.py)
+        m.underpowered = m.eq_bound
+        return
     if ub < t:
         return
     m.verdict = VERDICT_INCONCLUSIVE
@@ -260,3 +268,39 @@ def overall_verdict(gated: list[MetricDiff]) -> str:
     if any(m.verdict == VERDICT_INCONCLUSIVE for m in gated):
         return VERDICT_INCONCLUSIVE  # "no regression" was not shown, whatever improved
     return VERDICT_BETTER if any_better else VERDICT_SAME
+
+
+_EVIDENCE = {
+    "bootstrap": "session bootstrap",
+    "blocks": "t-interval across the canary's own blocks",
+    "prior": "against the measured instance spread (too few blocks to estimate it)",
+    "exact": "exact test on counts",
+    "poisson": "Poisson interval on counts",
+}
+
+
+def decided_by(gated: list[MetricDiff], verdict: str, blocks: int) -> list[str]:
+    """Which evidence decided the verdict: the deciding rows and how each was judged."""
+
+    def what(ms: list[MetricDiff]) -> str:
+        groups: dict[str, list[str]] = {}
+        for m in ms:
+            name = m.metric if m.scope == "overall" else f"{m.scope.split(':', 1)[-1]} {m.metric}"
+            groups.setdefault(_EVIDENCE.get(m.method, m.method), []).append(name)
+        return "; ".join(f"{', '.join(v)} ({k})" for k, v in groups.items())
+
+    if verdict in (VERDICT_WORSE, VERDICT_MIXED, VERDICT_BETTER):
+        out = []
+        for v in (VERDICT_WORSE, VERDICT_BETTER):
+            rows = [m for m in gated if m.verdict == v]
+            if rows and (verdict in (v, VERDICT_MIXED)):
+                out.append(f"{v}: {what(rows)}")
+        return out
+    if verdict == VERDICT_INCONCLUSIVE:
+        return ["unsettled: " + what([m for m in gated if m.verdict == VERDICT_INCONCLUSIVE])]
+    ruled = [m for m in gated if m.underpowered is None and m.verdict == VERDICT_SAME]
+    one_way = [m for m in gated if m.underpowered is not None]
+    out = ["ruled out: " + what(ruled)] if ruled else []
+    if one_way:
+        out.append("judged only for getting worse: " + what(one_way))
+    return out

@@ -74,12 +74,21 @@ def _scope_name(scope: str) -> str:
     return "overall" if scope == "overall" else scope.split(":", 1)[1].replace(":", " ")
 
 
+# The headline's words when the profile's compare: section names no bench run behind it.
+NOT_VALIDATED = "thresholds not validated for this profile"
+
+
 def headline(c: Comparison) -> list[str]:
     """The 3-5 lines that decide the rollout: verdict, what got worse, where, what was not seen."""
     gated = sorted(c.rows(gated=True), key=_order)
     worse = [m for m in gated if m.verdict == VERDICT_WORSE]
     better = [m for m in gated if m.verdict == VERDICT_BETTER]
-    lines = [f"VERDICT: {c.verdict.upper()} (exit {c.exit_code})"]
+    lines = [
+        f"VERDICT: {c.verdict.upper()} (exit {c.exit_code})"
+        + ("" if c.validated_by else f"; {NOT_VALIDATED}")
+    ]
+    if c.decided_by:
+        lines.append("Decided by: " + " | ".join(c.decided_by))
 
     def items(ms: list[MetricDiff]) -> str:
         s = ", ".join(f"{_scope_name(m.scope)} {metric_label(m)} {fmt_delta(m)}" for m in ms[:4])
@@ -105,10 +114,15 @@ def headline(c: Comparison) -> list[str]:
             lines.append(f"To settle it: {c.settle['line']}.")
     if better:
         lines.append("Better (gated): " + items(better))
+    one_way = [m for m in gated if m.underpowered is not None]
     if not worse and not better and not unsettled:
         lines.append(
             f"No gated metric moved ({c.gated_count} judged); each interval excludes a "
             "regression of its threshold."
+            if not one_way
+            else f"No gated metric moved ({c.gated_count} judged); {len(one_way)} of them "
+            "judged only for getting worse (too few blocks or sessions to rule out their "
+            "threshold; see the warnings)."
         )
     if not worse and not unsettled:
         ruled = rules_out(gated)
@@ -122,7 +136,7 @@ def headline(c: Comparison) -> list[str]:
     ]
     if shown and len(lines) < 5:
         lines.append("Shown, not gated, worse: " + items(sorted(shown, key=_order)))
-    return lines[:5]
+    return lines[:6]
 
 
 def rules_out(gated: list[MetricDiff], limit: int = 5) -> str:

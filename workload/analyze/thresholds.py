@@ -123,8 +123,21 @@ def profile_compare(run: dict[str, Any]) -> dict[str, Any]:
     prof = run.get("profile") if isinstance(run.get("profile"), dict) else {}
     sec = prof.get("compare") if isinstance(prof, dict) else None
     if isinstance(sec, dict) and isinstance(sec.get("thresholds"), dict):
-        return {**sec["thresholds"], **{k: v for k, v in sec.items() if k == "alpha"}}
+        return {
+            **sec["thresholds"],
+            **{k: v for k, v in sec.items() if k in ("alpha", "validated_by")},
+        }
     return sec if isinstance(sec, dict) else {}
+
+
+def thresholds_validated(run_a: dict[str, Any], run_b: dict[str, Any]) -> str | None:
+    """Where the profile's gated thresholds were measured (`compare.validated_by`, B's then
+    A's), or None: then nobody measured that the design resolves them on this profile."""
+    for run in (run_b, run_a):
+        v = profile_compare(run).get("validated_by")
+        if isinstance(v, str) and v.strip():
+            return v.strip()
+    return None
 
 
 def _put(out: dict[str, float], name: str, v: Any) -> None:
@@ -159,7 +172,7 @@ def resolve_thresholds(
     out = dict(DEFAULT_THRESHOLDS)
     for run in (run_a, run_b):
         for k, v in profile_compare(run).items():
-            if k in ("alpha", "history_actual"):
+            if k in ("alpha", "history_actual", "validated_by"):
                 continue
             if v is None:  # the profile turned this gate off
                 out.pop(_metric_name(str(k)), None)

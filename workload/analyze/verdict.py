@@ -73,6 +73,7 @@ from workload.analyze.catalogue import (
 from workload.analyze.comparison import Comparison, GateTails
 from workload.analyze.estimate import min_samples, scope_metrics
 from workload.analyze.judge import (
+    decided_by,
     drop_duplicate_gates,
     equivalence,
     gate_tails,
@@ -80,6 +81,7 @@ from workload.analyze.judge import (
     overall_verdict,
     settle,
 )
+from workload.analyze.prior import PRIOR_SOURCE, prior_rows
 from workload.analyze.rundata import RunData, load_pair, load_run
 from workload.analyze.serverinfo import class_histogram, error_kinds, server_summary
 from workload.analyze.slices import gates_in_slice, slice_filters, spec_lines, where_lines
@@ -96,6 +98,7 @@ from workload.analyze.thresholds import (
     replays_answers,
     resolve_thresholds,
     threshold_for,
+    thresholds_validated,
 )
 from workload.analyze.traffic import (
     VALIDATED_BLOCKS,
@@ -130,10 +133,13 @@ def compare_runs(
     n_boot: int = 1000,
     seed: int = 0,
     steps: bool = True,
+    instance_prior: bool = True,
 ) -> Comparison:
     """Compare baseline A with candidate B; see the module docstring for the method.
 
-    `confidence` defaults to 1 - the profile's `compare.alpha`, else 0.95.
+    `confidence` defaults to 1 - the profile's `compare.alpha`, else 0.95. `instance_prior`:
+    with 2-3 blocks, judge against the measured instance spread (prior.py); the canary's
+    interim looks (early stop, at 3 blocks of a longer design) turn it off.
     """
     if n_boot < 100:
         raise CompareError(f"n_boot must be at least 100, got {n_boot}")
@@ -160,10 +166,14 @@ def compare_runs(
     for (name, sc, names), w in zip(jobs, drawn, strict=True):
         metrics += scope_metrics(name, sc, names, rng, n_boot, dur, w)
     n_blocks = apply_block_intervals(metrics, a, b, pair, scopes, paired, rng)
+    if instance_prior and paired and 2 <= n_blocks < MIN_BLOCKS:
+        prior_rows(metrics, n_blocks)  # the measured instance spread stands in (prior.py)
     _choose_gates(metrics, th, explicit_gates(thresholds), n_blocks)
+    _drop_impossible(metrics, pair, scopes)
     tails = _judge_all(metrics, 1.0 - confidence)
     gated = [m for m in metrics if m.gated]
     warnings += _judged_warnings(gated)
+    verdict = overall_verdict(gated)
     divergence = None
     if replays:
         divergence = history_divergence(pair)
@@ -181,12 +191,13 @@ def compare_runs(
             "a": {c: class_histogram(a.req_cols, c) for c in classes},
             "b": {c: class_histogram(b.req_cols, c) for c in classes},
         },
-        warnings, confidence, n_boot, th, tails.k, overall_verdict(gated),
+        warnings, confidence, n_boot, th, tails.k, verdict,
         _gating_sentence(metrics, n_blocks, tails), n_blocks,
         where_lines(metrics) + spec_lines(metrics),
         {"a": tool_loop_examples(a.req_cols.loop_rows()),
          "b": tool_loop_examples(b.req_cols.loop_rows())},
         divergence, settle(metrics, a, n_blocks), tails,
+        decided_by(gated, verdict, n_blocks), thresholds_validated(a.run, b.run),
     )  # fmt: skip
 
 
@@ -282,7 +293,9 @@ def _choose_gates(
             # Under spec decode a chunk carries several tokens: per-chunk gaps shrink when
             # acceptance falls. TPOT (per token) gates instead.
             m.gated, m.note = False, "per-chunk detail; TPOT gates (name it to gate)"
-        elif m.paired_share and m.metric in BETWEEN_INSTANCE and m.method != "blocks":
+        elif (
+            m.paired_share and m.metric in BETWEEN_INSTANCE and m.method not in ("blocks", "prior")
+        ):
             # Paired single-block runs: no between-instance estimate for these.
             why = (
                 f"needs >= {MIN_BLOCKS} blocks per side, --blocks"
@@ -298,6 +311,26 @@ def _choose_gates(
             # (and named in "where" when it moved).
             m.gated, m.note = False, "class row shown; the overall row gates (name it to gate)"
     drop_duplicate_gates(metrics)
+
+
+def _drop_impossible(
+    metrics: list[MetricDiff], pair: Pair, scopes: list[tuple[str, str | None]]
+) -> None:
+    """Un-gate the tool-loop failure ratio where no tool call happened on either side and no
+    session failed: on a profile without tools (`chat`) it cannot occur, and 0 of 10 against
+    0 of 10 sessions would otherwise hold the verdict inconclusive (it cannot rule out 5 pp)."""
+    req = (Rows(pair.req[0]), Rows(pair.req[1]))
+    for name, cls in scopes:
+        if any(bool(pair.of_class(r, cls).col("tool").any()) for r in req):
+            continue
+        for m in metrics:
+            if (
+                m.scope == name
+                and m.metric == "tool_loop_failure_ratio"
+                and m.gated
+                and not (m.counts and (m.counts[0] or m.counts[2]))
+            ):
+                m.gated, m.note = False, "does not apply: no tool calls on either side"
 
 
 def _judge_all(metrics: list[MetricDiff], alpha: float) -> GateTails:
@@ -319,7 +352,19 @@ def _judge_all(metrics: list[MetricDiff], alpha: float) -> GateTails:
 def _judged_warnings(gated: list[MetricDiff]) -> list[str]:
     """Gated rows judged only one way (too few to rule out their threshold), or not at all."""
     out: list[str] = []
-    weak = [(m, u) for m in gated if (u := m.underpowered) is not None]
+    weak = [(m, u) for m in gated if (u := m.underpowered) is not None and m.method != "prior"]
+    leaning = [(m, u) for m in gated if (u := m.underpowered) is not None and m.method == "prior"]
+    if leaning:
+        unit = {True: "%", False: "pp"}
+        out.append(
+            f"{leaning[0][0].blocks} block{'s' if leaning[0][0].blocks > 1 else ''} per side "
+            "cannot estimate how far two instances differ, so these are judged against the "
+            f"measured instance spread ({PRIOR_SOURCE}) and only for getting worse: "
+            + ", ".join(
+                f"{m.metric} (rules out only {100 * u:+.0f} {unit[m.change_kind == 'relative']})"
+                for m, u in leaning
+            )
+        )
     if weak:
         out.append(
             "too few to rule out their threshold, so judged only for getting worse: "

@@ -345,6 +345,12 @@ class CompareThresholds(_M):
         5.0, ge=0, description="Allowed cached-token ratio drop (points)."
     )
     alpha: float = Field(0.05, gt=0, lt=1, description="Significance level for the A/B tests.")
+    validated_by: str | None = Field(
+        None,
+        description="Where these thresholds were measured against the profile's own "
+        "block-to-block spread (a bench run and its results); without it the verdict's "
+        "headline says the thresholds are not validated for this profile.",
+    )
     history_actual: dict[str, float | None] = Field(
         default_factory=dict,
         description="Thresholds that replace the ones above when either run replays its own "
@@ -356,7 +362,9 @@ class CompareThresholds(_M):
     @field_validator("history_actual")
     @classmethod
     def _known_thresholds(cls, v: dict[str, float | None]) -> dict[str, float | None]:
-        known = [f for f in cls.model_fields if f not in ("alpha", "history_actual")]
+        known = [
+            f for f in cls.model_fields if f not in ("alpha", "history_actual", "validated_by")
+        ]
         for key, val in v.items():
             if key not in known:
                 raise ValueError(f"unknown threshold {key!r} (allowed: {', '.join(known)})")

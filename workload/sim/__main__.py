@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import secrets
 import signal
 import sys
 
@@ -41,6 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="a named change on top of the preset, e.g. larger-batch-budget (repeatable)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for outputs, acceptance and faults")
+    p.add_argument(
+        "--no-instance-noise",
+        action="store_true",
+        help="a deterministic server: no instance noise (on by default, so two simulators of "
+        "one preset differ as two real instances do; docs/simulator.md)",
+    )
+    p.add_argument(
+        "--instance-seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="which instance this is (its speed, drift, jitter and stalls); default: a fresh one",
+    )
     p.add_argument(
         "--fault",
         action="append",
@@ -86,6 +100,12 @@ def _log_startup(cfg) -> None:
         )
     for kind, rate in sorted(cfg.faults.items()):
         log("WARNING", f"fault injection: {kind} at rate {rate}")
+    if cfg.instance_noise:
+        log(
+            "INFO",
+            f"instance noise on (instance seed {cfg.instance_seed}; --no-instance-noise: a "
+            "deterministic server)",
+        )
 
 
 async def _serve(cfg, host: str, port: int, seed: int) -> int:
@@ -107,6 +127,20 @@ async def _serve(cfg, host: str, port: int, seed: int) -> int:
     await stop.wait()
     await server.close()
     return 0
+
+
+def _instance(cfg, args: argparse.Namespace) -> None:
+    """Instance noise on unless --no-instance-noise (an explicit --set instance_noise=... wins);
+    the instance seed from --instance-seed, an explicit --set, else fresh from the OS."""
+    given = {k.partition("=")[0].strip() for k in args.set}
+    if "instance_noise" not in given:
+        cfg.instance_noise = not args.no_instance_noise
+    if args.instance_seed is not None:
+        if args.instance_seed < 0:
+            raise UsageError(f"--instance-seed must be >= 0, got {args.instance_seed}")
+        cfg.instance_seed = args.instance_seed
+    elif "instance_seed" not in given:
+        cfg.instance_seed = secrets.randbelow(2**31)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,6 +183,7 @@ def _main(argv: list[str] | None) -> int:
     )
     if args.model:
         cfg.model_root = args.model
+    _instance(cfg, args)
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
 

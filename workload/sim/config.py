@@ -81,15 +81,18 @@ class SimConfig:
     # else the delta field reasoning streams in ("reasoning": vLLM 0.32; "reasoning_content":
     # older vLLM and DeepSeek's API). A request's thinking_token_budget tokens come first.
     reasoning_field: str = ""
-    # instance noise (costmodel.InstanceNoise): off by default so tests stay deterministic
+    # instance noise (costmodel.InstanceNoise): sized to the per-block spread of real vLLM-CPU
+    # A/A pairs (docs/simulator.md, "Instance noise"; bench/results/real-1). Off here so the
+    # engine and its tests stay deterministic; `python -m workload.sim` turns it on unless
+    # --no-instance-noise.
     instance_noise: bool = False
     instance_seed: int = 0  # which instance this is; the traffic seed is separate
-    noise_instance_sigma: float = 0.05  # log-sd of the per-instance speed factor
-    noise_drift_sigma: float = 0.03  # log-sd of the slow speed drift
-    noise_drift_tau_s: float = 20.0  # correlation time of the drift
-    noise_step_sigma: float = 0.02  # log-sd of per-step jitter (mean 1)
-    noise_stall_rate_hz: float = 0.02  # stalls per second of engine time
-    noise_stall_ms: float = 50.0  # mean stall length (exponential)
+    noise_instance_sigma: float = 0.15  # log-sd of the per-instance speed factor
+    noise_drift_sigma: float = 0.35  # log-sd of the slow speed drift (host load that moves)
+    noise_drift_tau_s: float = 15.0  # correlation time of the drift
+    noise_step_sigma: float = 0.05  # log-sd of per-step jitter (mean 1)
+    noise_stall_rate_hz: float = 0.1  # stalls per second of engine time
+    noise_stall_ms: float = 400.0  # mean stall length (exponential)
     # fault injection: kind -> rate; stall and drip parameters
     faults: dict[str, float] = field(default_factory=dict)
     fault_stall_s: float = 30.0
@@ -100,7 +103,9 @@ class SimConfig:
         a hash of everything that shapes the server (not the injected faults)."""
         if self.system_fingerprint:
             return self.system_fingerprint
-        skip = {"system_fingerprint", "faults", "fault_stall_s", "fault_drip_ms"}
+        # not the injected faults, nor which instance this is (two instances of one config
+        # report one fingerprint, as two real servers of one build do)
+        skip = {"system_fingerprint", "faults", "fault_stall_s", "fault_drip_ms", "instance_seed"}
         ident = sorted(
             (f.name, repr(getattr(self, f.name)))
             for f in dataclasses.fields(self)

@@ -39,8 +39,16 @@ class SimProcess:
         extra_args: list[str] | tuple[str, ...] = (),
         host: str = "127.0.0.1",
         startup_timeout_s: float = 30.0,
+        instance_noise: bool = False,
+        instance_seed: int | None = None,
     ) -> None:
         self.args = ["--host", host, "--port", "0", "--preset", preset]
+        # deterministic unless asked (tests, the embedded target of `agentload run`); a
+        # simulator started from the command line has instance noise on
+        if not instance_noise:
+            self.args.append("--no-instance-noise")
+        if instance_seed is not None:
+            self.args += ["--instance-seed", str(instance_seed)]
         if seed is not None:
             self.args += ["--seed", str(seed)]
         for f in faults:

@@ -1,0 +1,459 @@
+"""Per-trial summaries of verdict campaigns, and every table of docs/canary-verdict-quality.md
+rebuilt from them.
+
+    python bench/verdict_tables.py --collect /tmp/real-4 --campaign real-1   # raw -> summaries
+    python bench/verdict_tables.py                       # print every table (markdown)
+    python bench/verdict_tables.py --write               # replace the tables in the docs page
+    python bench/verdict_tables.py --check               # exit 1 when the page is out of date
+    python bench/verdict_tables.py --prior               # INSTANCE_SPREAD for analyze/prior.py
+
+`--collect` reads a campaign's raw trial directories (bench_real_canary.py's
+`trial-NNN-KIND/`, bench_sim_canary.py's the same), re-judges every trial with today's
+verdict (all its blocks, and its first two alone: the few-block design), and writes one small
+JSON per trial under bench/results/CAMPAIGN/: the verdict and exit code as run and as
+re-judged, which evidence decided, the gated overall rows, and every block metric's change
+per block (log ratio | points). The raw run directories are not committed; these are.
+
+The page's tables sit between `<!-- table:NAME -->` and `<!-- /table -->` lines; `--write`
+replaces what is between them, so every figure there comes from bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import re
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+RESULTS = REPO / "bench" / "results"
+DOC = REPO / "docs" / "canary-verdict-quality.md"
+FAILS = ("worse", "mixed")
+# the block metrics whose per-block change is recorded (every gated one, and the shifts)
+BLOCK_METRICS = (
+    "ttft_shift", "tpot_shift", "e2e_shift", "ttft_p50", "ttft_p95", "tpot_p50", "tpot_p90",
+    "tpot_p95", "e2e_p50", "e2e_p95", "output_throughput", "completed_sessions", "cached_ratio",
+    "session_success_ratio",
+)  # fmt: skip
+# Blocks from which a trial's blocks count for the spread and the 2-block judgement. In the real
+# campaign only the candidate server restarts for an A/A trial, so its block 0 met a cold
+# candidate and a warm baseline: the shifts of those blocks were +3.2 ... +3.9 (log) on every
+# latency, a start-up artefact of that design (a canary that starts both servers has both
+# cold). Every trial's block 0 is therefore the warm-up, for every kind alike.
+WARM_FROM = 1
+GATED_PRIOR = ("ttft_shift", "tpot_shift", "e2e_shift", "ttft_p95", "tpot_p90", "tpot_p95", "e2e_p95", "output_throughput",
+               "completed_sessions", "cached_ratio", "ttft_p50", "tpot_p50", "e2e_p50")  # fmt: skip
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score 95 % interval of k/n."""
+    if n == 0:
+        return (math.nan, math.nan)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+# ---------------------------------------------------------------------------- collect
+
+
+def _judged(cmp) -> dict:  # noqa: ANN001 - a Comparison (imported late: --collect only)
+    rows = [
+        {
+            "metric": m.metric,
+            "change": m.change,
+            "ci": list(m.ci) if m.ci else None,
+            "verdict": m.verdict,
+            "method": m.method,
+            "bound": m.eq_bound,
+        }
+        for m in cmp.metrics
+        if m.gated and m.scope == "overall"
+    ]
+    return {
+        "verdict": cmp.verdict,
+        "exit": cmp.exit_code,
+        "decided_by": cmp.decided_by,
+        "worse": sorted(
+            {f"{m.scope} {m.metric}" for m in cmp.metrics if m.gated and m.verdict == "worse"}
+        ),
+        "unsettled": sorted(
+            {
+                f"{m.scope} {m.metric}"
+                for m in cmp.metrics
+                if m.gated and m.verdict == "inconclusive"
+            }
+        ),
+        "gated": rows,
+    }
+
+
+def _block_change(m) -> float | None:  # noqa: ANN001
+    if m.metric.endswith("_shift"):  # the paired shift itself (a and b are the sides' medians)
+        return math.log1p(m.change) if m.change is not None and m.change > -1 else None
+    if m.a is None or m.b is None:
+        return None
+    if m.change_kind == "relative":
+        return math.log(m.b / m.a) if m.a > 0 and m.b > 0 else None
+    return m.b - m.a
+
+
+def _rows(block: Path) -> dict[tuple[str, int], dict]:
+    out = {}
+    for f in sorted(block.glob("requests*.jsonl")):
+        for line in f.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                r = json.loads(line)
+                if r.get("status") == "ok":
+                    out[(r.get("session_id"), r.get("step"))] = r
+    return out
+
+
+def _shifts(a: Path, b: Path) -> dict[str, float | None]:
+    """A block's paired shifts: the median over the requests both sides served of log(B/A)
+    (what ttft_shift & co. are; computed here because compare needs 20 per side for them)."""
+    ra, rb = _rows(a), _rows(b)
+    out: dict[str, float | None] = {}
+    for lat in ("ttft", "tpot", "e2e"):
+        logs = [
+            math.log(rb[k][f"{lat}_ms"] / ra[k][f"{lat}_ms"])
+            for k in ra.keys() & rb.keys()
+            if (ra[k].get(f"{lat}_ms") or 0) > 0 and (rb[k].get(f"{lat}_ms") or 0) > 0
+        ]
+        out[f"{lat}_shift"] = round(statistics.median(logs), 5) if len(logs) >= 3 else None
+    return out
+
+
+def _some_blocks(side: Path, keep: slice, tmp: Path) -> Path:
+    """A directory holding only some blocks of a side (symlinks)."""
+    out = tmp / side.name
+    out.mkdir(parents=True, exist_ok=True)
+    for b in sorted(p for p in side.glob("block-*") if p.is_dir())[keep]:
+        (out / b.name).symlink_to(b.resolve())
+    return out
+
+
+def collect(raw: Path, campaign: str) -> int:
+    from workload.analyze.verdict import compare_runs  # deferred: --collect only
+
+    dest = RESULTS / campaign
+    dest.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for tdir in sorted(raw.glob("trial-*")):
+        meta_p = tdir / "trial.json"
+        cdir = tdir / "canary"
+        if not meta_p.is_file() or not (cdir / "comparison.json").is_file():
+            continue
+        meta = json.loads(meta_p.read_text())
+        ran = json.loads((cdir / "comparison.json").read_text())
+        a, b = cdir / "baseline", cdir / "candidate"
+        blocks = sorted(p.name for p in a.glob("block-*") if p.is_dir())
+        rec = {
+            **{k: meta[k] for k in ("trial", "kind", "seed", "exit", "wall_s") if k in meta},
+            "campaign": campaign,
+            "design": meta.get("design"),
+            "blocks": len(blocks),
+            "as_run": {"verdict": ran.get("verdict"), "exit": ran.get("exit_code")},
+            "judged": _judged(compare_runs(a, b, n_boot=1000, seed=0)),
+        }
+        if len(blocks) > 2:
+            # the few-block design: blocks 1 and 2 (block 0 is the warm-up; WARM_FROM)
+            with tempfile.TemporaryDirectory() as t:
+                tmp, keep = Path(t), slice(WARM_FROM, WARM_FROM + 2)
+                rec["judged_2_blocks"] = _judged(
+                    compare_runs(_some_blocks(a, keep, tmp / "a"), _some_blocks(b, keep, tmp / "b"))
+                )
+        per: dict[str, list[float | None]] = {k: [] for k in BLOCK_METRICS}
+        counts = []
+        for blk in blocks:
+            cmp = compare_runs(a / blk, b / blk, n_boot=100, seed=0, steps=False)
+            rows = {m.metric: m for m in cmp.metrics if m.scope == "overall"}
+            shifts = _shifts(a / blk, b / blk)
+            for k in BLOCK_METRICS:
+                if k in shifts:
+                    per[k].append(shifts[k])
+                    continue
+                v = _block_change(rows[k]) if k in rows else None
+                per[k].append(None if v is None or not math.isfinite(v) else round(v, 5))
+            counts.append([cmp.run_a.req_cols.n, cmp.run_b.req_cols.n])
+        rec["block_changes"] = per
+        rec["requests_per_block"] = counts
+        (dest / f"{tdir.name}.json").write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        n += 1
+    print(f"{n} trials -> {dest.relative_to(REPO)}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def load(campaign: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((RESULTS / campaign).glob("*.json"))]
+
+
+def _rate(k: int, n: int) -> str:
+    if not n:
+        return "–"
+    lo, hi = wilson(k, n)
+    return f"{k}/{n} = {100 * k / n:.0f} % ({100 * lo:.0f}–{100 * hi:.0f} %)"
+
+
+def _target(k: int, n: int, target: float) -> str:
+    """'met' when the Wilson lower bound reaches the target, else 'not met'."""
+    if not n:
+        return "not measured"
+    lo, _ = wilson(k, n)
+    return (
+        "met"
+        if lo >= target
+        else f"**not met** (lower bound {100 * lo:.0f} % < {100 * target:.0f} %)"
+    )
+
+
+def block_spread(trials: list[dict], metric: str) -> tuple[float | None, int]:
+    """The per-block change's sd across A/A blocks (about 0: the changes of every A/A block
+    pooled, each block one draw of two instances' difference), and how many blocks."""
+    vals = [
+        v for t in trials for v in t["block_changes"].get(metric, [])[WARM_FROM:] if v is not None
+    ]
+    if len(vals) < 3:
+        return None, len(vals)
+    return math.sqrt(sum(v * v for v in vals) / len(vals)), len(vals)
+
+
+def spread_parts(trials: list[dict], metric: str) -> tuple[float, float, int] | None:
+    """(instance offset sd, within-trial per-block sd, trials) of A/A changes (true change 0).
+
+    Within: the pooled variance of a trial's blocks around that trial's mean. Offset: what
+    the trial means vary by beyond that (their mean square about 0, less within / blocks):
+    the part two instances keep for a whole trial, which more blocks do not average away.
+    """
+    per = [
+        [v for v in t["block_changes"].get(metric, [])[WARM_FROM:] if v is not None] for t in trials
+    ]
+    per = [x for x in per if len(x) >= 2]
+    if len(per) < 3:
+        return None
+    within = statistics.fmean(statistics.variance(x) for x in per)
+    j = statistics.fmean(len(x) for x in per)
+    off = max(0.0, statistics.fmean(statistics.fmean(x) ** 2 for x in per) - within / j)
+    return math.sqrt(off), math.sqrt(within), len(per)
+
+
+def prior(campaign: str = "real-1") -> dict[str, float]:
+    """INSTANCE_SPREAD: each gated metric's A/A per-block spread (rms about 0, warm blocks)."""
+    aa = [t for t in load(campaign) if t["kind"] == "aa"]
+    out = {}
+    for m in GATED_PRIOR:
+        sd, _ = block_spread(aa, m)
+        if sd is not None:
+            out[m] = round(sd, 3)
+    return out
+
+
+def prior_blocks(campaign: str = "real-1") -> int:
+    """A/A blocks behind the prior (the most any metric has)."""
+    aa = [t for t in load(campaign) if t["kind"] == "aa"]
+    return max(block_spread(aa, m)[1] for m in GATED_PRIOR)
+
+
+def write_prior(campaign: str = "real-1") -> None:
+    """Rewrite INSTANCE_SPREAD, PRIOR_DF and PRIOR_SOURCE in workload/analyze/prior.py."""
+    path = REPO / "workload" / "analyze" / "prior.py"
+    spread, n = prior(campaign), prior_blocks(campaign)
+    trials = len([t for t in load(campaign) if t["kind"] == "aa"])
+    body = "\n".join(f'    "{k}": {v},' for k, v in sorted(spread.items()))
+    new = (
+        f"INSTANCE_SPREAD: dict[str, float] = {{\n{body}\n}}\n"
+        f"PRIOR_DF = {n - 1}  # A/A blocks behind the measurement - 1\n"
+        f'PRIOR_SOURCE = (\n    "real vLLM-CPU A/A, {n} A/A blocks of {trials} trials, bench/results/{campaign}"\n)\n'
+    )
+    text = path.read_text()
+    text = re.sub(
+        r"INSTANCE_SPREAD: dict\[str, float\] = \{.*?\nPRIOR_SOURCE = (?:\(.*?\)|\"[^\n]*\")\n",
+        new,
+        text,
+        flags=re.S,
+    )
+    path.write_text(text)
+
+
+def _fmt_pct(v: float | None, kind: str = "relative") -> str:
+    if v is None:
+        return "–"
+    return f"{100 * math.expm1(v):+.0f} %" if kind == "relative" else f"{100 * v:+.1f} pp"
+
+
+def table_real(campaign: str = "real-1") -> str:
+    trials = load(campaign)
+    kinds = []
+    for t in trials:
+        if t["kind"] not in kinds:
+            kinds.append(t["kind"])
+    head = ("| candidate | trials | verdict, all blocks: worse / passed / inconclusive | "
+            "blocks 1-2 alone: worse / passed / inconclusive | what decided (all blocks) |")  # fmt: skip
+    lines = [head, "|---|---|---|---|---|"]
+    for k in kinds:
+        ts = [t for t in trials if t["kind"] == k]
+        n = len(ts)
+
+        def tri(key: str, ts: list[dict] = ts) -> str:
+            js = [t[key] for t in ts if key in t]
+            w = sum(j["verdict"] in FAILS for j in js)
+            p = sum(j["exit"] == 0 for j in js)
+            i = sum(j["verdict"] == "inconclusive" for j in js)
+            return f"{w} / {p} / {i}" if js else "–"
+
+        dec: dict[str, int] = {}
+        for t in ts:
+            for line in t["judged"]["decided_by"][:1]:
+                key = re.sub(r" \(.*", "", line.split(": ", 1)[-1])
+                dec[key] = dec.get(key, 0) + 1
+        top = ", ".join(f"{k2} ({v})" for k2, v in sorted(dec.items(), key=lambda x: -x[1])[:2])
+        lines.append(f"| `{k}` | {n} | {tri('judged')} | {tri('judged_2_blocks')} | {top} |")
+    return "\n".join(lines)
+
+
+def table_real_rates(campaign: str = "real-1") -> str:
+    trials = load(campaign)
+    aa = [t for t in trials if t["kind"] == "aa"]
+    reg = [t for t in trials if t["kind"] != "aa"]
+    lines = ["| | result (Wilson 95 %) | target |", "|---|---|---|"]
+    for key, label in (("judged", "all 3 blocks"), ("judged_2_blocks", "blocks 1-2 alone")):
+        js = [t[key] for t in aa if key in t]
+        k = sum(j["verdict"] not in FAILS for j in js)
+        lines.append(
+            f"| A/A not called worse, {label} | {_rate(k, len(js))} | ≥ 95 %: {_target(k, len(js), 0.95)} |"
+        )
+        k0 = sum(j["verdict"] == "no detectable change" for j in js)
+        lines.append(
+            f'| A/A "no detectable change", {label} | {_rate(k0, len(js))} | ≥ 95 %: {_target(k0, len(js), 0.95)} |'
+        )
+        js = [t[key] for t in reg if key in t]
+        k = sum(j["verdict"] in FAILS for j in js)
+        lines.append(
+            f"| flag differences called worse, {label} | {_rate(k, len(js))} | ≥ 90 %: {_target(k, len(js), 0.90)} |"
+        )
+    return "\n".join(lines)
+
+
+def table_spread(campaign: str = "real-1", sim: str | None = "sim-aa") -> str:
+    real = [t for t in load(campaign) if t["kind"] == "aa"]
+    simt = [t for t in load(sim) if t["kind"] == "aa"] if sim else []
+    lines = [
+        "| metric | real A/A: per-block sd (blocks) | as a change | simulator A/A, noise on | ratio sim / real | within 1.5× |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in BLOCK_METRICS:
+        sd, n = block_spread(real, m)
+        if sd is None:
+            continue
+        kind = "absolute" if m.endswith("_ratio") else "relative"
+        ssd, sn = block_spread(simt, m)
+        ratio = ssd / sd if ssd is not None and sd else None
+        ok = "–" if ratio is None else ("met" if 1 / 1.5 <= ratio <= 1.5 else "**not met**")
+        lines.append(
+            f"| {m} | {sd:.3f} ({n}) | ±{_fmt_pct(sd, kind).lstrip('+')} | "
+            f"{'–' if ssd is None else f'{ssd:.3f} ({sn})'} | "
+            f"{'–' if ratio is None else f'{ratio:.2f}'} | {ok} |"
+        )
+    return "\n".join(lines)
+
+
+def table_sim(campaign: str = "sim-tail") -> str:
+    trials = load(campaign)
+    aa = [t for t in trials if t["kind"] == "aa"]
+    tail = [t for t in trials if t["kind"] != "aa"]
+    k_aa = sum(t["judged"]["verdict"] == "no detectable change" for t in aa)
+    k_t = sum(t["judged"]["verdict"] in FAILS for t in tail)
+    lines = ["| | result (Wilson 95 %) | target |", "|---|---|---|"]
+    lines.append(
+        f'| A/A with instance noise, "no detectable change" | {_rate(k_aa, len(aa))} | ≥ 95 %: {_target(k_aa, len(aa), 0.95)} |'
+    )
+    lines.append(
+        f"| `larger-batch-budget` called worse or mixed | {_rate(k_t, len(tail))} | ≥ 90 %: {_target(k_t, len(tail), 0.90)} |"
+    )
+    for name in ("tpot_p95", "tpot_p90", "ttft_shift", "tpot_shift"):
+        ch = [
+            r["change"]
+            for t in tail
+            for r in t["judged"]["gated"]
+            if r["metric"] == name and r["change"] is not None
+        ]
+        if ch:
+            lines.append(
+                f"| its {name} change (median over trials) | {100 * statistics.median(ch):+.0f} % | |"
+            )
+    return "\n".join(lines)
+
+
+TABLES = {
+    "real-rates": table_real_rates,
+    "real-kinds": table_real,
+    "spread": table_spread,
+    "sim-tail": table_sim,
+}
+
+
+def render(name: str) -> str:
+    try:
+        return TABLES[name]()
+    except FileNotFoundError:
+        return "(no results yet)"
+
+
+def rewrite(text: str) -> str:
+    def sub(m: re.Match[str]) -> str:
+        return f"{m.group(1)}\n{render(m.group(2))}\n{m.group(3)}"
+
+    return re.sub(r"(<!-- table:([a-z0-9-]+) -->)\n.*?\n(<!-- /table -->)", sub, text, flags=re.S)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--collect", type=Path, help="a campaign's raw trial directories")
+    p.add_argument("--campaign", default="real-1", help="its name under bench/results/")
+    p.add_argument("--write", action="store_true", help="rewrite the tables in the docs page")
+    p.add_argument("--check", action="store_true", help="exit 1 when the page is out of date")
+    p.add_argument("--prior", action="store_true", help="print INSTANCE_SPREAD")
+    p.add_argument(
+        "--write-prior", action="store_true", help="write INSTANCE_SPREAD into analyze/prior.py"
+    )
+    args = p.parse_args(argv)
+    if args.collect:
+        return collect(args.collect, args.campaign)
+    if args.prior:
+        print(json.dumps(prior(args.campaign), indent=1, sort_keys=True))
+        print(f"A/A blocks: {prior_blocks(args.campaign)}")
+        return 0
+    if args.write_prior:
+        write_prior(args.campaign)
+        return 0
+    if args.write or args.check:
+        old = DOC.read_text()
+        new = rewrite(old)
+        if args.check:
+            if new != old:
+                print(
+                    f"{DOC.relative_to(REPO)} is out of date: python bench/verdict_tables.py --write"
+                )
+                return 1
+            return 0
+        DOC.write_text(new)
+        return 0
+    for name in TABLES:
+        print(f"## {name}\n\n{render(name)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
