@@ -60,7 +60,6 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"pytest\b", "the test suite itself"),
     (r"ruff |mypy\b", "lint and type tooling, run by CI"),
     (r"python -m mkdocs ", "docs tooling: tests/test_docs.py builds the site --strict"),
-    (r"python bench/bench_verdict\.py ", "a verdict benchmark of many minutes (docs/canary-verdict-quality.md)"),
     (r"python bench/bench_\w+\.py", "benchmarks print figures over minutes; tests/test_bench_*.py smoke-test them"),
     (r"python -c \"from workload\.plan\.reference", "rewrites docs/profiles-reference.md; tests/test_reference.py checks it"),
     (r"export ", "sets an API key in the shell; the simulator needs none"),

@@ -30,12 +30,12 @@ the generated field reference is ``workload.plan.reference``.
 from __future__ import annotations
 
 import difflib
-import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from workload.plan.arrivals import ArrivalSpec
+from workload.plan.checks import finite_json, floor_problems
 from workload.plan.dist import Dist, constant
 from workload.plan.shapes import (
     PARALLEL_TOOLS_FIELD,
@@ -113,22 +113,9 @@ class ToolSpec(_M):
     def _object_schema(cls, v: dict[str, Any]) -> dict[str, Any]:
         if v.get("type") != "object":
             raise ValueError("parameters must be a JSON Schema with type: object")
-        if not _finite_json(v):
+        if not finite_json(v):
             raise ValueError("parameters must hold finite numbers only (no NaN or infinity)")
         return v
-
-
-def _finite_json(v: Any, depth: int = 0) -> bool:
-    """No NaN / infinity anywhere in a JSON-like value (they are not JSON)."""
-    if depth > 64:
-        return False
-    if isinstance(v, float):
-        return math.isfinite(v)
-    if isinstance(v, dict):
-        return all(_finite_json(x, depth + 1) for x in v.values())
-    if isinstance(v, list):
-        return all(_finite_json(x, depth + 1) for x in v)
-    return True
 
 
 class SystemPrompt(_M):
@@ -292,6 +279,14 @@ class SLO(_M):
     )
 
 
+_VALIDATED_BY = (
+    "Where these thresholds were measured against the profile's own block-to-block spread (a "
+    "bench run and its results); without it the verdict's headline says the thresholds are "
+    "not validated for this profile."
+)
+_NOT_THRESHOLDS = ("alpha", "history_actual", "validated_by")
+
+
 class CompareThresholds(_M):
     """How much worse B may be than A before `agentload compare` says regression.
 
@@ -345,12 +340,7 @@ class CompareThresholds(_M):
         5.0, ge=0, description="Allowed cached-token ratio drop (points)."
     )
     alpha: float = Field(0.05, gt=0, lt=1, description="Significance level for the A/B tests.")
-    validated_by: str | None = Field(
-        None,
-        description="Where these thresholds were measured against the profile's own "
-        "block-to-block spread (a bench run and its results); without it the verdict's "
-        "headline says the thresholds are not validated for this profile.",
-    )
+    validated_by: str | None = Field(None, description=_VALIDATED_BY)
     history_actual: dict[str, float | None] = Field(
         default_factory=dict,
         description="Thresholds that replace the ones above when either run replays its own "
@@ -362,9 +352,7 @@ class CompareThresholds(_M):
     @field_validator("history_actual")
     @classmethod
     def _known_thresholds(cls, v: dict[str, float | None]) -> dict[str, float | None]:
-        known = [
-            f for f in cls.model_fields if f not in ("alpha", "history_actual", "validated_by")
-        ]
+        known = [f for f in cls.model_fields if f not in _NOT_THRESHOLDS]
         for key, val in v.items():
             if key not in known:
                 raise ValueError(f"unknown threshold {key!r} (allowed: {', '.join(known)})")
@@ -546,12 +534,12 @@ class Profile(_M):
                     f"classes.{cname}.request.endpoint: history actual needs endpoint chat for "
                     "tool calls (allowed: chat, or history scripted)"
                 )
-            out += _floor_problems(f"classes.{cname}", c, DIST_FLOORS)
+            out += floor_problems(f"classes.{cname}", c, DIST_FLOORS)
             out += shape_problems(f"classes.{cname}", c, self.classes)
             if c.steps.dist == "constant" and not float(c.steps.value).is_integer():  # type: ignore[union-attr]
                 out.append(f"classes.{cname}.steps: must be a whole number of steps")
         for tname, tool in self.tools.items():
-            out += _floor_problems(f"tools.{tname}", tool, TOOL_DIST_FLOORS)
+            out += floor_problems(f"tools.{tname}", tool, TOOL_DIST_FLOORS)
         out.extend(self._check_load_model())
         return out
 
@@ -583,22 +571,3 @@ class Profile(_M):
             elif not any(c.fixed_count is None for c in self.classes.values()):
                 out.append("run.stages: arrival_rate stages need a weighted class to start")
         return out
-
-
-def _floor_problems(
-    prefix: str, model: BaseModel, floors: tuple[tuple[tuple[str, ...], float, str], ...]
-) -> list[str]:
-    """Distribution fields whose samples could fall below their floor (negative times, ...)."""
-    out = []
-    for path, least, unit in floors:
-        d: Any = model
-        for key in path:
-            d = getattr(d, key, None)
-        if d is None:
-            continue
-        lo = d.floor()
-        if lo != -math.inf and lo < least:
-            out.append(
-                f"{prefix}.{'.'.join(path)}: samples can be {lo:g}; must be >= {least:g} ({unit})"
-            )
-    return out
