@@ -32,20 +32,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
+from bench_soak import fit, parse_duration  # noqa: E402 - the same duration and least-squares fit
 
 from workload.stopping import die_with_parent, stop_child  # noqa: E402
 
 MiB = 2**20
 TARGET_MIB_PER_MIN = 0.5
 FLAT_FDS = 2
-
-
-def parse_duration(s: str) -> float:
-    s = s.strip().lower()
-    mult = {"s": 1, "m": 60, "h": 3600}
-    if s and s[-1] in mult:
-        return float(s[:-1]) * mult[s[-1]]
-    return float(s)
 
 
 def role(p: psutil.Process, root_pid: int) -> str:
@@ -85,16 +78,6 @@ def sample(root_pid: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def fit(ts: list[float], ys: list[float]) -> float:
-    """Least-squares slope."""
-    n = len(ts)
-    mt, my = sum(ts) / n, sum(ys) / n
-    var = sum((t - mt) ** 2 for t in ts)
-    if var == 0:
-        return 0.0
-    return sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var
-
-
 def judge(samples: list[dict], name: str, lo: float, hi: float) -> dict:
     pts = [(s["t"], s["procs"][name]) for s in samples if lo <= s["t"] <= hi and name in s["procs"]]
     if len(pts) < 3:
@@ -102,8 +85,8 @@ def judge(samples: list[dict], name: str, lo: float, hi: float) -> dict:
     ts = [t for t, _ in pts]
     rss = [v["rss"] for _, v in pts]
     fds = [v["fds"] for _, v in pts]
-    mib_min = fit(ts, rss) * 60 / MiB
-    fd_rise = fit(ts, fds) * (ts[-1] - ts[0])
+    mib_min = fit(ts, rss)[0] * 60 / MiB
+    fd_rise = fit(ts, fds)[0] * (ts[-1] - ts[0])
     ok = mib_min < TARGET_MIB_PER_MIN and fd_rise < FLAT_FDS
     return {
         "samples": len(pts),
