@@ -9,8 +9,9 @@ import pytest
 from tests.e2e.cli import agentload
 from tests.otlp_receiver import Receiver
 from workload.errors import UsageError
+from workload.measure.live_metrics import GENAI_DURATION_BUCKETS, GENAI_TOKEN_BUCKETS
 from workload.measure.otlp import OtlpExport, OtlpSettings, short_reason
-from workload.measure.otlp_metrics import GENAI_DURATION_BUCKETS, GENAI_TOKEN_BUCKETS, Gauges
+from workload.measure.otlp_metrics import Gauges
 from workload.measure.otlp_traces import traced
 from workload.measure.records import RequestRecord, SessionRecord
 from workload.run.options import parse_otlp_endpoint

@@ -33,23 +33,15 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.util.types import AttributeValue
 
+from workload.measure.live_metrics import (
+    GENAI_DURATION_BUCKETS,
+    GENAI_TOKEN_BUCKETS,
+    GENAI_TPOT_BUCKETS,
+    GENAI_TTFT_BUCKETS,
+    LATENESS_BUCKETS,
+    SESSION_BUCKETS,
+)
 from workload.measure.records import STATUS_CANCELLED, RequestRecord, SessionRecord
-
-# The conventions' advised bucket boundaries (semantic-conventions-genai, gen-ai-metrics.md).
-GENAI_DURATION_BUCKETS = (
-    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
-)  # fmt: skip
-GENAI_TOKEN_BUCKETS = (
-    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
-)  # fmt: skip
-GENAI_TTFT_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-)  # fmt: skip
-GENAI_TPOT_BUCKETS = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
-)  # fmt: skip
-SESSION_BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
-LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0)
 
 OPERATION = {"chat": "chat", "completions": "text_completion"}  # endpoint -> gen_ai.operation.name
 
