@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from workload.measure.sse import SSEParser
+
 ROUND_PATHS = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completions",
@@ -125,12 +127,11 @@ def _usage(f: Facts, usage: Any) -> None:
 
 
 def _sse_events(body: bytes) -> list[dict[str, Any]]:
+    """The JSON objects a recorded event stream carried (the client's own SSE parser)."""
+    parser = SSEParser()
     out = []
-    for line in body.split(b"\n"):
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
+    for data in parser.feed_data(body) + parser.close_data():
+        data = data.strip()
         if not data or data == b"[DONE]":
             continue
         try:
