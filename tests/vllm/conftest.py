@@ -34,22 +34,13 @@ from typing import Any
 import pytest
 
 from tests.vllm import shared
-from tests.vllm.server import SERVED_MODEL_NAME, ServerHttp, VllmServer, setup_problem
+from tests.vllm.server import VllmServer, setup_problem
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _required() -> bool:
     return os.environ.get("AGENTLOAD_REQUIRE_VLLM", "") not in ("", "0")
-
-
-class _External(ServerHttp):
-    """A server someone else started (AGENTLOAD_VLLM_URL); same helpers, no lifecycle."""
-
-    def __init__(self, url: str, log: str | None) -> None:
-        self.base_url = url.rstrip("/")
-        self.model = SERVED_MODEL_NAME
-        self.log_path = Path(log) if log else None
 
 
 def server_log(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
@@ -70,7 +61,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The running real vLLM server (VllmServer-like: base_url, model, log_path, get, post_json)."""
     url = os.environ.get("AGENTLOAD_VLLM_URL")
     if url:
-        yield _External(url, os.environ.get("AGENTLOAD_VLLM_LOG"))
+        yield shared.SharedServer(url, os.environ.get("AGENTLOAD_VLLM_LOG"))
         return
     log = server_log(tmp_path_factory, "vllm")
     share = shared.shared_dir(tmp_path_factory)

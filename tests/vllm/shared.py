@@ -35,12 +35,13 @@ FOLDER = "vllm-shared"
 
 
 class SharedServer(ServerHttp):
-    """A server another worker (or this one) started for the session; no lifecycle here."""
+    """A server someone else started (another worker, this one, or the user via
+    AGENTLOAD_VLLM_URL); the same helpers, no lifecycle here."""
 
-    def __init__(self, url: str, log: str) -> None:
-        self.base_url = url
+    def __init__(self, url: str, log: str | None) -> None:
+        self.base_url = url.rstrip("/")
         self.model = SERVED_MODEL_NAME
-        self.log_path = Path(log)
+        self.log_path = Path(log) if log else None
 
 
 def shared_dir(factory: pytest.TempPathFactory) -> Path | None:
