@@ -15,7 +15,7 @@ Substitutions (`rewrite`), mechanical and the same for every command:
 - `--duration`/`--run-time` -> 10s (6 s for `canary`; added to `agentload run`/`canary` when
   absent),
   `--users` -> 2 (added when absent), `--spawn-rate` -> 2, `--workers` at most 2,
-  `--blocks` -> 2 (added to `canary` when absent; 4 with `--early-stop`);
+  `--blocks` at most 2 (2 added to `canary` when absent; 4 with `--early-stop`);
 - `--host`, `--baseline`, `--candidate` and `$TARGET` -> one shared simulator
   (`fast` preset); `--baseline-cmd`/`--candidate-cmd` (a server command, e.g. vLLM) ->
   the embedded simulator started on the canary's `{port}`; `capacity` -> `--min 1
@@ -25,6 +25,9 @@ Substitutions (`rewrite`), mechanical and the same for every command:
   arguments of the command above it with the same subcommand (as the docs mean);
 - files named by `--*-log` are created empty; each command runs in its own
   directory where `runs/A` and `runs/B` are two short finished runs.
+A command that the substitutions make the very command of an earlier one (same subcommand,
+arguments and options, `--out` aside: e.g. `canary ... --blocks 10` is the canary above it
+once 10 blocks become 2) is not run twice: its test checks that it is that command.
 Expected exit: 0, except `compare`/`canary`, which may also say "regression" (3):
 both sides are the same simulator, so the verdict is noise; the command worked.
 `agentload capacity` may exit 4 (inconclusive) only when its lowest shortened step had no
@@ -36,6 +39,7 @@ fails).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -56,6 +60,7 @@ SHORT = "10s"  # mixed/coding-agent need a few seconds before their first answer
 # A canary block: each runs both sides (in turn under --mode sequential), so the eight
 # documented canaries were most of this file's time at 10 s; 6 s still answers every class.
 CANARY_SHORT = "6s"
+AT_MOST_2 = ("--workers", "--blocks")  # kept when smaller: `--blocks 1` is a design of its own
 
 # Commands not run here: (pattern at the start of the command, why).
 NOT_RUN: list[tuple[str, str]] = [
@@ -180,6 +185,42 @@ def _runnable() -> list[Command]:
     return out
 
 
+def _same_command(argv: list[str]) -> tuple[tuple[str, ...], frozenset[tuple[str, str]]]:
+    """What a shortened argv runs: its positional words in order and its options as a set
+    (a repeated option with one value is the same option; `--out` only names where it
+    writes)."""
+    words = argv[3:] if argv[1:3] == ["-m", "workload.cli"] else argv[1:]
+    positional: list[str] = [*argv[1:3]]
+    options: set[tuple[str, str]] = set()
+    i = 0
+    while i < len(words):
+        name, eq, value = words[i].partition("=")
+        if not name.startswith("-"):
+            positional.append(words[i])
+        else:
+            if not eq and i + 1 < len(words) and not words[i + 1].startswith("-"):
+                value = words[i + 1]
+                i += 1
+            if name != "--out":
+                options.add((name, value))
+        i += 1
+    return tuple(positional), frozenset(options)
+
+
+@functools.cache
+def _twins() -> dict[str, Command]:
+    """A runnable command's source -> the earlier command it becomes once shortened."""
+    first: dict[object, Command] = {}
+    twins: dict[str, Command] = {}
+    for c in _runnable():
+        key = _same_command(rewrite(c.text, "http://127.0.0.1:1"))
+        if key in first:
+            twins[c.source] = first[key]
+        else:
+            first[key] = c
+    return twins
+
+
 def rewrite(cmd: str, sim_url: str) -> list[str]:
     """The shortened argv of a documented command (substitutions in the module docstring)."""
     cmd = re.sub(r"\$\{\{[^}]*\}\}", "ci-value", cmd)
@@ -188,7 +229,7 @@ def rewrite(cmd: str, sim_url: str) -> list[str]:
     head, args = words[0], words[1:]
     sim_cmd = f"{sys.executable} -m workload.sim --port {{port}} --preset fast"
     swap = {"--duration": SHORT, "--run-time": SHORT, "--users": "2", "--spawn-rate": "2",
-            "--blocks": "2", "--host": sim_url, "--baseline": sim_url, "--candidate": sim_url,
+            "--host": sim_url, "--baseline": sim_url, "--candidate": sim_url,
             # a server command (vLLM here) becomes the embedded simulator on the same {port}
             "--baseline-cmd": sim_cmd, "--candidate-cmd": sim_cmd,
             # capacity: a few short steps
@@ -198,9 +239,9 @@ def rewrite(cmd: str, sim_url: str) -> list[str]:
     while i < len(args):
         a = args[i]
         name, eq, value = a.partition("=")
-        if name in swap or name == "--workers":
+        if name in swap or name in AT_MOST_2:
             given = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-            new = str(min(2, int(given))) if name == "--workers" else swap[name]
+            new = str(min(2, int(given))) if name in AT_MOST_2 else swap[name]
             out += [name, new]
             i += 1 if eq else 2
             continue
@@ -262,6 +303,16 @@ def test_rewrite_shortens_and_points_at_the_simulator() -> None:
                                                   "--sim-preset", "fast"]  # fmt: skip
 
 
+def test_a_command_the_shortening_makes_another_is_recognised_and_one_block_is_kept() -> None:
+    base = "agentload canary --baseline-cmd 'vllm serve m' --candidate-cmd 'vllm serve m' --profile mixed"
+    same = _same_command(rewrite(base, "http://127.0.0.1:9"))
+    assert _same_command(rewrite(base + " --blocks 10 --out runs/x", "http://127.0.0.1:9")) == same
+    assert _same_command(rewrite(base + " --profile mixed", "http://127.0.0.1:9")) == same
+    one = rewrite(base + " --blocks 1", "http://127.0.0.1:9")
+    assert one[one.index("--blocks") + 1] == "1" and _same_command(one) != same
+    assert _same_command(rewrite(base + " --early-stop", "http://127.0.0.1:9")) != same
+
+
 def test_the_gate_example_names_classes_of_its_profile() -> None:
     """An SLO for a class the profile lacks fails every run ("has no samples")."""
     from workload.plan.loading import load_profile
@@ -309,6 +360,11 @@ def test_documented_command_runs(
     command: Command, sim_url: str, finished_runs: Path, tmp_path: Path
 ) -> None:
     argv = rewrite(command.text, sim_url)
+    twin = _twins().get(command.source)
+    if twin is not None:
+        # shortened, it is the command of `twin`, whose own test runs it
+        assert _same_command(argv) == _same_command(rewrite(twin.text, sim_url))
+        return
     (tmp_path / "runs").mkdir()
     for name in ("A", "B"):
         (tmp_path / "runs" / name).symlink_to(finished_runs / name)
