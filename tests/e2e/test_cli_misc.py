@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -127,18 +128,29 @@ def test_own_locustfile_around_agentload_sessions(tmp_path: Path) -> None:
 def test_two_runs_into_one_out_at_once_are_one_run_and_one_refusal(tmp_path: Path) -> None:
     out = tmp_path / "shared"
     cmd = [sys.executable, "-m", "workload.cli", "run", "--profile", CHAT_PROFILE, "--users", "1",
-           "--duration", "3s", "--sim-preset", "fast", "--out", str(out)]  # fmt: skip
-    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           "--sim-preset", "fast", "--out", str(out)]  # fmt: skip
+    # The first run lasts until the second has been answered (Ctrl-C then): a 3 s run was
+    # over before the second started on a loaded host, and both exited 0.
+    first = subprocess.Popen(
+        [*cmd, "--duration", "120s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 60
         while not (out / "spec.json").exists() and time.monotonic() < deadline:
             time.sleep(0.05)  # the first run holds the lock once its spec is written
         # --overwrite: without the lock it removed the first run's files and wrote its own
-        second = subprocess.run([*cmd, "--overwrite"], capture_output=True, text=True, timeout=120)
+        second = subprocess.run(
+            [*cmd, "--duration", "3s", "--overwrite"], capture_output=True, text=True, timeout=120
+        )
+        reqs = out / "requests.jsonl"
+        while not (reqs.exists() and reqs.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)  # something measured, so the artifacts have a run to hold
+        first.send_signal(signal.SIGINT)
         _, err1 = first.communicate(timeout=120)
     finally:
         first.kill()
-    assert first.returncode == 0, err1
+    assert first.returncode == 130, err1  # stopped by the Ctrl-C, artifacts complete
+    assert (out / "run.json").is_file()
     assert second.returncode == 2
     lines = [ln for ln in second.stderr.splitlines() if ln.startswith("agentload: error:")]
     assert len(lines) == 1 and "is in use by another agentload run" in lines[0]
