@@ -315,6 +315,12 @@ class CompareThresholds(_M):
     )
     e2e_shift_pct: float | None = Field(10.0, ge=0, description="Allowed paired E2E shift (%).")
     ttft_p95_pct: float | None = Field(10.0, ge=0, description="Allowed TTFT p95 increase (%).")
+    ttft_content_p95_pct: float | None = Field(
+        None,
+        ge=0,
+        description="Allowed p95 increase of the time to the first visible content (%; "
+        "reasoning excluded); null (the default): shown, not gated.",
+    )
     itl_p95_pct: float | None = Field(10.0, ge=0, description="Allowed ITL p95 increase (%).")
     e2e_p95_pct: float | None = Field(10.0, ge=0, description="Allowed E2E p95 increase (%).")
     tpot_p95_pct: float | None = Field(
