@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cli import FIXTURES, agentload
+from tests.test_agent_nested import _nested
 from tests.test_agent_traces import _task_session, _write
 from workload.measure.artifacts import read_records
 from workload.plan.traces import read_agent_trace
@@ -126,3 +127,16 @@ def test_a_duration_cap_on_a_slower_server_cuts_sessions_and_says_so(tmp_path: P
     assert 0 < t["sent"] < t["requests"] and t["duration_cap_s"] == 10
     assert t["sessions_cut"] == 2
     assert "sessions cut: 2 of 2 ended before their last round" in p.stdout
+
+
+def test_a_nested_subagent_runs_beside_its_subagent_parent_which_waits(tmp_path: Path) -> None:
+    p = replay(tmp_path / "r", _write(tmp_path / "S.jsonl", _nested()))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    got = _by_session(tmp_path / "r")
+    top, sub, nested = got["S"], got["S/agent-a1"], got["S/agent-a2"]
+    assert (len(top), len(sub), len(nested)) == (2, 2, 2)
+    assert nested[0]["t_start"] >= _end(sub[0])  # spawned by the subagent's first answer
+    assert sub[1]["t_start"] >= _end(nested[-1])  # ... whose next round waited for it
+    assert top[1]["t_start"] >= _end(sub[-1])  # and the top session for its subagent
+    t = json.loads((tmp_path / "r" / "run.json").read_text())["summary"]["trace"]
+    assert (t["sessions"], t["subagents"], t["sent"], t["sessions_cut"]) == (3, 2, 6, 0)
