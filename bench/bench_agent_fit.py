@@ -6,6 +6,8 @@
 Fits a profile with agent shapes (``agentload trace fit``), plans N top-level sessions
 from it (scripted replies, no server: the sizes and waits the planner sends) and prints
 each session statistic of the trace beside the generated sessions', met when within 10 %.
+The recorded prefix is what the provider's cache served: the fit sets each class's
+``context.cache_loss_tokens`` from it, and the line per class says how much it missed.
 The sample is read from $AGENTLOAD_TRACES_DIR/tracelab/round_trace.jsonl when set, else
 from the copy in tests/fixtures/traces.
 """
@@ -51,6 +53,12 @@ def main() -> None:
     print(f"trace {path}: {len(trace.roots)} sessions, {trace.rounds} rounds")
     print(f"fitted classes: {', '.join(prof['classes'])}; fit {t1 - t0:.2f} s, "
           f"{args.sessions} sessions planned in {t2 - t1:.2f} s")  # fmt: skip
+    for name, cls in prof["classes"].items():
+        loss = (cls.get("context") or {}).get("cache_loss_tokens")
+        if isinstance(loss, dict) and loss.get("values"):
+            mean = sum(v * w for v, w in zip(loss["values"], loss["weights"], strict=True))
+            mean /= sum(loss["weights"])
+            print(f"{name}: provider cache misses fitted, {mean:,.0f} tokens a round on average")
     print("\n".join(fit_lines(rows)))
 
 

@@ -37,9 +37,17 @@ def test_the_normalized_sample_fits_one_class_per_agent_with_its_shapes():
     assert prof["tools"]["WebSearch"]["latency_s"]["values"] == pytest.approx(
         [12.688, 16.113, 19.291], abs=1e-3
     )
+    # the provider cache's misses, fitted per round (Claude's cache stops at the previous
+    # prompt: 2 tokens short; Codex's lost 6.6k once and reached into the answer 3 times)
+    claude = prof["classes"]["claude-opus-4-8"]
+    assert claude["context"]["cache_loss_tokens"]["values"] == [2.0, 131.0, 2892.0]
+    assert min(codex["context"]["cache_loss_tokens"]["values"]) == -276.0
+    assert claude["first_user_turn"] == 5055 - 8  # the first round's appended, less its header
     # the generated sessions follow the trace (the bench prints every figure)
     for stat in (
         "rounds per session",
+        "input per round (tokens)",
+        "prefix per round (tokens)",
         "appended per round (tokens)",
         "output per round (tokens)",
         "reasoning per round (tokens)",

@@ -16,11 +16,13 @@ from workload.plan.traces import (
     AgentSession,
     ReplayOptions,
     fit_rounds,
+    planned_duration_s,
     read_agent_trace,
     root_sessions,
     session_starts,
 )
-from workload.run.spec import resolve_spec
+from workload.run.agent_replay import agent_lines, agent_note, agent_summary
+from workload.run.spec import AGENT_CAP_FACTOR, TRACE_TAIL_S, resolve_spec
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +157,43 @@ def test_an_agent_trace_resolves_to_sessions_and_its_options_are_checked(tmp_pat
     mooncake = ROUNDS.parent / "mooncake_conversation_head40.jsonl"
     with pytest.raises(UsageError, match="agent-session traces only"):
         resolve_spec({"trace": str(mooncake), "max_gap": "2"})
+
+
+def test_the_default_run_length_waits_for_every_session_up_to_a_stated_cap():
+    spec = resolve_spec({"trace": str(ROUNDS), "speedup": "10", "max_gap": "2"})
+    trace = read_agent_trace(ROUNDS)
+    opts = ReplayOptions(model="", seed=0, speedup=10, max_gap_s=2)
+    # the rounds at their recorded LLM time: a slower server is not sped up by --speedup
+    longest = max(planned_duration_s(trace, s, opts, rounds_speedup=1) for s in trace.sessions)
+    assert longest > 5 * max(planned_duration_s(trace, s, opts) for s in trace.sessions)
+    want = session_starts(trace, opts)[-1] + AGENT_CAP_FACTOR * longest + TRACE_TAIL_S
+    assert spec.duration_s == pytest.approx(want)
+    assert "runs until every session has ended, at most" in agent_note(spec)
+    assert "--duration sets the cap" in agent_note(spec)
+    capped = resolve_spec(
+        {"trace": str(ROUNDS), "speedup": "10", "max_gap": "2", "duration_s": "30s"}
+    )
+    assert capped.duration_s == 30 and agent_note(capped).endswith("at most 30s (--duration)")
+
+
+def test_sessions_cut_by_the_run_end_are_counted_and_said():
+    spec = resolve_spec(
+        {"trace": str(ROUNDS), "speedup": "10", "max_gap": "2", "duration_s": "30s"}
+    )
+    trace = read_agent_trace(ROUNDS)
+    claude, codex = sorted(trace.sessions)
+
+    def rows(name, n):
+        return [
+            {"trace_index": 0, "session_id": name, "step": k + 1, "status": "ok",
+             "t_start": float(k), "e2e_ms": 100.0, "prompt_tokens": r.input_tokens}
+            for k, r in enumerate(trace.sessions[name][:n])
+        ]  # fmt: skip
+
+    full = agent_summary(spec, rows(claude, 10) + rows(codex, 9), scrape={})
+    assert full["sessions_cut"] == 0 and full["duration_cap_s"] == 30
+    assert not [x for x in agent_lines(full) if x.startswith("sessions cut")]
+    cut = agent_summary(spec, rows(claude, 10) + rows(codex, 4), scrape={})
+    assert cut["sessions_cut"] == 1
+    (line,) = [x for x in agent_lines(cut) if x.startswith("sessions cut")]
+    assert "1 of 2" in line and "30s" in line and "--duration" in line

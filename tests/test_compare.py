@@ -397,3 +397,28 @@ def test_compare_text_warns_about_skipped_lines(tmp_path, base):
         fh.write(b"\x1b[2J{torn\n")
     text = render_text(compare_runs(base, b))
     assert "warning:" in text and "skipped 1 corrupt JSONL line" in text and "\x1b" not in text
+
+
+def _with_content(run, extra_ms: float) -> None:
+    """Give every ok request a time to first visible content: its TTFT + hidden reasoning."""
+    path = run / "requests.jsonl"
+    rows = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    for r in rows:
+        if r.get("ttft_ms") is not None:
+            r["ttft_content_ms"] = r["ttft_ms"] + extra_ms
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
+
+def test_time_to_visible_content_is_shown_and_gates_when_named(tmp_path, base):
+    # B reasons four times as long before its first visible token; its TTFT is the same
+    b = write_run(tmp_path / "b", classes=_classes(), noise_seed=1)
+    assert not [m for m in compare_runs(base, b).metrics if m.metric == "ttft_content_p95"]
+    a2 = write_run(tmp_path / "a2", classes=_classes(), noise_seed=1)
+    _with_content(a2, 200.0)
+    _with_content(b, 800.0)
+    shown = _row(compare_runs(a2, b), "overall", "ttft_content_p95")
+    assert shown.change > 0.5 and not shown.gated  # no threshold by default: shown only
+    assert _row(compare_runs(a2, b), "overall", "ttft_p95").change == 0.0
+    gated = compare_runs(a2, b, {"ttft_content_p95": 10})
+    row = _row(gated, "overall", "ttft_content_p95")
+    assert row.gated and row.verdict == VERDICT_WORSE and gated.exit_code == 3

@@ -84,3 +84,19 @@ def test_the_spec_decode_line_says_what_the_numbers_are():
     assert "difference" not in line
     assert "more" not in _spec_line(check(10, 10))
     assert "per-request stats look wrong" in _spec_line(check(10, 5))
+
+
+def test_console_table_shows_first_visible_content_when_answers_reasoned():
+    from tests.stats_builders import req
+
+    plain = Aggregate()
+    plain.add_request(req(step=1, ttft_ms=50.0, ttft_content_ms=50.0))
+    assert "first visible content" not in console_table(plain.summary())
+    agg = Aggregate()
+    for i in range(20):  # a reasoning class (hidden reasoning first) and a plain one
+        agg.add_request(req(user_class="think", step=1, ttft_ms=40.0, ttft_content_ms=900.0 + i,
+                            reasoning_chunks=12))  # fmt: skip
+        agg.add_request(req(user_class="chat", step=1, ttft_ms=40.0, ttft_content_ms=41.0))
+    (line,) = [x for x in console_table(agg.summary()).splitlines() if "visible content" in x]
+    assert "TTFT above counts hidden reasoning" in line
+    assert "think p50 9" in line and "chat p50 41" in line and "overall p50" in line

@@ -157,3 +157,22 @@ def test_check_slo_overrides_did_you_mean():
     assert "did you mean 'ttft_p95_ms'?" in p
     [p] = check_slo_overrides({"*": {"ttft_p95_ms": float("nan")}}, classes)
     assert "finite" in p
+
+
+def test_time_to_first_visible_content_is_a_gateable_slo():
+    a = Aggregate()
+    for i in range(100):  # 500 ms of reasoning before the first visible token
+        a.add_request(req(ttft_ms=float(i + 1), ttft_content_ms=500.0 + i, session_id=f"s{i}"))
+    slos = {
+        "chat": {"ttft_p95_ms": 100, "ttft_content_p95_ms": 400},
+        "*": {"ttft_content_max_ms": 700},
+    }
+    got = {(r.class_name, r.metric): r for r in evaluate_slos(a, slos)}
+    assert got[("chat", "ttft_p95_ms")].passed
+    content = got[("chat", "ttft_content_p95_ms")]
+    assert not content.passed and content.observed == pytest.approx(594, rel=1e-2)
+    assert got[("*", "ttft_content_max_ms")].passed
+    assert not validate_slos({"chat": {"ttft_content_p99_ms": 1}})
+    # goodput: a request whose visible content came late missed its class's SLO
+    assert not request_meets_slo(req(ttft_ms=50.0, ttft_content_ms=450.0), slos["chat"])
+    assert request_meets_slo(req(ttft_ms=50.0, ttft_content_ms=350.0), slos["chat"])

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cli import FIXTURES, agentload
+from tests.test_agent_nested import _nested
 from tests.test_agent_traces import _task_session, _write
 from workload.measure.artifacts import read_records
 from workload.plan.traces import read_agent_trace
@@ -98,6 +99,8 @@ def test_a_slower_server_stretches_sessions_not_their_starts_or_requests(tmp_pat
         )  # fmt: skip
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         runs[name] = _by_session(tmp_path / name)
+        t = json.loads((tmp_path / name / "run.json").read_text())["summary"]["trace"]
+        assert t["sessions_cut"] == 0 and "sessions cut" not in p.stdout  # ran to their ends
     fast, slow = runs["fast"], runs["slow"]
     sig = {s: [(r["step"], r["prompt_tokens"]) for r in rs] for s, rs in fast.items()}
     assert sig == {s: [(r["step"], r["prompt_tokens"]) for r in rs] for s, rs in slow.items()}
@@ -111,3 +114,29 @@ def test_a_slower_server_stretches_sessions_not_their_starts_or_requests(tmp_pat
     gap = {n: r[second][0]["t_start"] - r[first][0]["t_start"] for n, r in runs.items()}
     assert gap["fast"] == pytest.approx(1.0, abs=0.3)  # the start schedule held in both
     assert gap["slow"] == pytest.approx(1.0, abs=0.3)
+
+
+def test_a_duration_cap_on_a_slower_server_cuts_sessions_and_says_so(tmp_path: Path) -> None:
+    # 0.2 ms/token of prefill: ~6 s for a Claude round of 32k tokens; a 10 s cap cuts both
+    p = replay(
+        tmp_path / "r", ROUNDS, "--speedup", "20", "--max-gap", "1", "--duration", "10s",
+        "--sim-set", "prefill_ms_per_token=0.2",
+    )  # fmt: skip
+    assert "at most 10s (--duration)" in p.stdout
+    t = json.loads((tmp_path / "r" / "run.json").read_text())["summary"]["trace"]
+    assert 0 < t["sent"] < t["requests"] and t["duration_cap_s"] == 10
+    assert t["sessions_cut"] == 2
+    assert "sessions cut: 2 of 2 ended before their last round" in p.stdout
+
+
+def test_a_nested_subagent_runs_beside_its_subagent_parent_which_waits(tmp_path: Path) -> None:
+    p = replay(tmp_path / "r", _write(tmp_path / "S.jsonl", _nested()))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    got = _by_session(tmp_path / "r")
+    top, sub, nested = got["S"], got["S/agent-a1"], got["S/agent-a2"]
+    assert (len(top), len(sub), len(nested)) == (2, 2, 2)
+    assert nested[0]["t_start"] >= _end(sub[0])  # spawned by the subagent's first answer
+    assert sub[1]["t_start"] >= _end(nested[-1])  # ... whose next round waited for it
+    assert top[1]["t_start"] >= _end(sub[-1])  # and the top session for its subagent
+    t = json.loads((tmp_path / "r" / "run.json").read_text())["summary"]["trace"]
+    assert (t["sessions"], t["subagents"], t["sent"], t["sessions_cut"]) == (3, 2, 6, 0)

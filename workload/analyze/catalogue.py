@@ -24,6 +24,8 @@ LATENCIES = ("ttft", "itl", "tpot", "e2e")
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
 # The percentiles every latency gets; p90 only for TPOT (below).
 LATENCY_QUANTILES = ("p50", "p95", "p99")
+# Latencies a run may not have (no row then): time to the first visible content
+OPTIONAL_LATENCIES = ("ttft_content",)
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,9 @@ def _metric_defs() -> dict[str, MetricDef]:
     # of p95's between-instance spread, so a canary's blocks resolve it more finely
     # (docs/canary-verdict-quality.md, "Tail trade-off").
     defs["tpot_p90"] = MetricDef("tpot_p90", "quantile", "relative", True, "ms")
+    # Time to the first visible content (reasoning excluded; ttft counts it): what a user of
+    # a reasoning model waits for. Shown; gated when a threshold names it.
+    defs["ttft_content_p95"] = MetricDef("ttft_content_p95", "quantile", "relative", True, "ms")
     for lat in ("ttft", "itl", "tpot", "e2e"):
         n = f"{lat}_shift"
         defs[n] = MetricDef(n, "shift", "relative", True, "ms")
@@ -83,8 +88,8 @@ SLICE_METRICS = (
 )  # fmt: skip
 # Display order: per-token latency first (the headline), per-chunk ITL last (a detail).
 HEADLINE_ORDER = (
-    "tpot_shift", "tpot_p90", "tpot_p95", "ttft_shift", "ttft_p95", "e2e_shift", "e2e_p95",
-    "session_success_ratio", "tool_loop_failure_ratio", "error_ratio", "output_throughput",
+    "tpot_shift", "tpot_p90", "tpot_p95", "ttft_shift", "ttft_p95", "ttft_content_p95",
+    "e2e_shift", "e2e_p95", "session_success_ratio", "tool_loop_failure_ratio", "error_ratio", "output_throughput",
     "completed_sessions", "cached_ratio", "spec_acceptance_length", "spec_acceptance_rate",
 )  # fmt: skip
 

@@ -22,7 +22,7 @@ from workload.analyze.bootstrap import (
     robust_se,
     wdot_many,
 )
-from workload.analyze.catalogue import METRICS, QUANTILES, MetricDiff
+from workload.analyze.catalogue import METRICS, OPTIONAL_LATENCIES, QUANTILES, MetricDiff
 from workload.analyze.table import Rows
 
 
@@ -143,7 +143,7 @@ def _shift_metric(
     the sessions parted ways the same (session, step) carries different prompts.
     """
     d = METRICS[name]
-    lat = name.split("_")[0]
+    lat = name.rsplit("_", 1)[0]
     m = MetricDiff(scope_name, name, d.unit, d.change, None, None, 0, 0)
     m.paired_share, m.higher_is_worse = sc.pair_share, d.higher_is_worse
     if not sc.n_common:
@@ -242,10 +242,10 @@ def _quantile_items(sc: Scope, names: list[str], items: _Items) -> list[_LatRow]
     lat_names: dict[str, list[str]] = {}
     for n in names:
         if METRICS[n].kind == "quantile":
-            lat_names.setdefault(n.split("_")[0], []).append(n)
+            lat_names.setdefault(n.rsplit("_", 1)[0], []).append(n)
     lat_rows: list[_LatRow] = []
     for lat, qnames in lat_names.items():
-        qs = [QUANTILES[q.split("_")[1]] for q in qnames]
+        qs = [QUANTILES[q.rsplit("_", 1)[1]] for q in qnames]
         both = _paired_requests(sc, lat)
         sides: list[tuple[list[float | None], int, int | None]] = []
         for side in (0, 1):
@@ -263,6 +263,8 @@ def _quantile_items(sc: Scope, names: list[str], items: _Items) -> list[_LatRow]
             pts: list[float | None] = [quantile_sorted(sv, q) for q in qs]
             sides.append((pts, len(sv), len(items[side])))
             items[side].append((sv, cl, qs))
+        if lat in OPTIONAL_LATENCIES and not (sides[0][1] or sides[1][1]):
+            continue  # runs without it (older records, no stream): no row rather than no data
         lat_rows.append((lat, qnames, qs, sides))
     return lat_rows
 

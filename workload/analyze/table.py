@@ -25,10 +25,10 @@ import numpy as np
 
 STATUS_CODES = {"ok": 0, "cancelled": 2}  # anything else: 1 (failed)
 OUTCOME_CODES = {"completed": 0, "tool_loop_failure": 1, "cancelled": 2}  # None: -1, other: 3
-LATS = ("ttft", "itl", "tpot", "e2e")
+LATS = ("ttft", "ttft_content", "itl", "tpot", "e2e")
 SESS_KEYS = ("session_id", "user_class", "slo_met", "status", "outcome", "steps_done")
 REQ_KEYS = (
-    *SESS_KEYS[:5], "step", "itl_ms", "ttft_ms", "tpot_ms", "e2e_ms", "cached_tokens",
+    *SESS_KEYS[:5], "step", "itl_ms", "ttft_ms", "ttft_content_ms", "tpot_ms", "e2e_ms", "cached_tokens",
     "completion_tokens", "prompt_tokens", "spec_decode", "tool_calls", "stream",
     "tool_loop_failure", "error_kind", "content_hash",
 )  # fmt: skip

@@ -42,6 +42,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
 # Profile `compare:` field names (workload.plan.profile.CompareThresholds) -> metric names.
 _PROFILE_NAMES = {
     "ttft_p95_pct": "ttft_p95",
+    "ttft_content_p95_pct": "ttft_content_p95",
     "itl_p95_pct": "itl_p95",
     "tpot_p95_pct": "tpot_p95",
     "tpot_p90_pct": "tpot_p90",
@@ -69,7 +70,7 @@ _PROFILE_NAMES = {
 # names them. Unpaired runs gate them as before.
 BETWEEN_INSTANCE = frozenset(
     {f"{lat}_{q}" for lat in ("ttft", "tpot", "e2e") for q in ("p50", "p95", "p99")}
-    | {"tpot_p90", "output_throughput", "cached_ratio", "completed_sessions"}
+    | {"tpot_p90", "ttft_content_p95", "output_throughput", "cached_ratio", "completed_sessions"}
 )
 # Kept for callers of the old name: what does not gate with paired single-block runs.
 PAIRED_REPORT_ONLY = BETWEEN_INSTANCE | {"itl_shift"}

@@ -30,6 +30,7 @@ from workload.plan.traces import (
     export_run_sessions,
     fit_agent_profile,
     fit_profile,
+    nested_subagents,
     profile_stats,
     read_agent_trace,
     read_trace_keeping_reuse,
@@ -139,7 +140,12 @@ def _agent_lines(s: dict[str, Any]) -> list[str]:
 
     lines = [
         f"trace     {s['source']} ({s['format']})",
-        f"sessions  {s['sessions']} ({s['root_sessions']} top-level, {s['subagents']} subagents)",
+        f"sessions  {s['sessions']} ({s['root_sessions']} top-level, {s['subagents']} subagents"
+        + (
+            f", {s['nested_subagents']} of them run by a subagent)"
+            if s["nested_subagents"]
+            else ")"
+        ),
         f"rounds    {s['rounds']} ({v(s['rounds_per_session'])} per session)",
         f"tools     {s['tool_calls']} calls in {s['tool_rounds']} rounds; "
         f"{s['parallel_tool_rounds']} rounds ran tools in parallel",
@@ -182,6 +188,12 @@ def _fit_agents(args: argparse.Namespace, fmt: str) -> int:
     print(f"agentload: wrote profile {args.out} ({prof['description']})")
     rows = compare_stats(agent_stats(trace), profile_stats(prof))
     print("\n".join(fit_lines(rows)))
+    if nested := nested_subagents(trace):
+        print(
+            f"note: {nested} subagent(s) of the trace were run by a subagent; a profile has one "
+            "level of subagents, so the fitted subagent class spawns none (replay the trace "
+            "itself to play them)"
+        )
     return 0
 
 

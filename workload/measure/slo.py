@@ -9,8 +9,9 @@ SLOs come per traffic class as a flat dict (from the profile or ``--slo`` flags)
 Keys (``SLO_KEY_HELP``):
 
 - ``<metric>_p<NN>_ms`` / ``<metric>_mean_ms`` / ``<metric>_max_ms`` with metric in
-  ttft, itl, tpot, e2e (per request), session_duration (= task_time), worst_ttft (per
-  session) — an upper bound in milliseconds.
+  ttft, ttft_content (time to the first visible content: reasoning excluded), itl, tpot,
+  e2e (per request), session_duration (= task_time), worst_ttft (per session) — an upper
+  bound in milliseconds.
   ``p999`` means p99.9, ``p9999`` p99.99, ``p99.5`` is accepted as written.
   Session-level metrics: ``task_time`` is a session's wall time from its start to its end,
   think time and tool pauses included (``SessionRecord.duration_ms``; ``session_duration``
@@ -47,13 +48,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e", "session_duration", "task_time", "worst_ttft")
+LATENCY_METRICS = (
+    "ttft", "ttft_content", "itl", "tpot", "e2e", "session_duration", "task_time", "worst_ttft",
+)  # fmt: skip
 SESSION_METRICS = ("session_duration", "task_time", "worst_ttft")  # one value per session
 SUMMARY_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 OVERALL = "*"
 
 _LATENCY_KEY = re.compile(
-    r"^(?P<metric>ttft|itl|tpot|e2e|session_duration|task_time|worst_ttft)"
+    r"^(?P<metric>ttft|ttft_content|itl|tpot|e2e|session_duration|task_time|worst_ttft)"
     r"_(?P<stat>p[0-9]+(?:\.[0-9]+)?|mean|max)_ms$"
 )
 # SLO metric -> the summary block (and Aggregate histogram) that holds its samples
@@ -76,7 +79,7 @@ _SCALAR_SLOS: dict[str, tuple[str, str]] = {
 MISSING_MODES = ("not_judged", "fail", "pass", "skip")
 
 SLO_KEY_HELP = (
-    "<ttft|itl|tpot|e2e|session_duration|task_time|worst_ttft>_<pNN|mean|max>_ms, "
+    "<ttft|ttft_content|itl|tpot|e2e|session_duration|task_time|worst_ttft>_<pNN|mean|max>_ms, "
     + ", ".join(sorted(_SCALAR_SLOS))
 )
 # Names people type, for "did you mean": every scalar key and the common latency keys.
@@ -413,7 +416,7 @@ def request_meets_slo(
     """Whether one request met its class's latency SLOs, read per request.
 
     Definition (used for goodput): the request succeeded, and
-    - ttft / tpot / e2e: its value is <= the most lenient threshold set for that metric
+    - ttft / ttft_content / tpot / e2e: its value is <= the most lenient threshold set for that metric
       across the ``_pNN_ms`` / ``_max_ms`` keys (a tail bound every good request must meet);
     - itl: for each ``itl_pNN_ms`` key, the request's own pNN gap (nearest rank over
       ``itl_gaps_ms``; without gaps, ``itl_ms["pNN"]`` or else ``itl_ms["p99"]``) is <= it.
@@ -422,7 +425,7 @@ def request_meets_slo(
     if rec.status != "ok":
         return False
     limits = request_thresholds(slo) if limits is None else limits
-    for metric in ("ttft", "tpot", "e2e"):
+    for metric in ("ttft", "ttft_content", "tpot", "e2e"):
         limit = limits.get(metric)
         value = getattr(rec, f"{metric}_ms", None)
         if limit is not None and value is not None and value > limit:

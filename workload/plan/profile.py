@@ -70,6 +70,7 @@ MAX_STEPS = 10_000
 DIST_FLOORS: tuple[tuple[tuple[str, ...], float, str], ...] = (
     (("steps",), 1, "LLM calls per session"),
     (("user_turn",), 0, "tokens"),
+    (("first_user_turn",), 0, "tokens"),
     (("output", "tokens"), 1, "max_tokens"),
     (("output", "final_tokens"), 1, "max_tokens"),
     (("think_time_s",), 0, "seconds"),
@@ -191,6 +192,17 @@ class ContextPolicy(_M):
     break_s: Dist = Field(
         default_factory=lambda: constant(30.0), description="Break before a rebuild (s)."
     )
+    cache_loss_tokens: Dist | None = Field(
+        None,
+        description=(
+            "A provider cache's misses (any policy): when set, each step after the first "
+            "re-sends the history from this many tokens before the end of the previous "
+            "prompt on as new bytes (same sizes), so a prefix cache serves the previous "
+            "prompt less these tokens and none of its answer (negative: that much of the "
+            "answer too). 0: a cache written up to the previous prompt (Anthropic's). Unset: "
+            "an ideal cache, everything sent before is reusable. `trace fit` sets it."
+        ),
+    )
 
     @model_validator(mode="after")
     def _needs(self) -> ContextPolicy:
@@ -303,6 +315,12 @@ class CompareThresholds(_M):
     )
     e2e_shift_pct: float | None = Field(10.0, ge=0, description="Allowed paired E2E shift (%).")
     ttft_p95_pct: float | None = Field(10.0, ge=0, description="Allowed TTFT p95 increase (%).")
+    ttft_content_p95_pct: float | None = Field(
+        None,
+        ge=0,
+        description="Allowed p95 increase of the time to the first visible content (%; "
+        "reasoning excluded); null (the default): shown, not gated.",
+    )
     itl_p95_pct: float | None = Field(10.0, ge=0, description="Allowed ITL p95 increase (%).")
     e2e_p95_pct: float | None = Field(10.0, ge=0, description="Allowed E2E p95 increase (%).")
     tpot_p95_pct: float | None = Field(
@@ -412,6 +430,10 @@ class TrafficClass(_M):
     )
     user_turn: Dist = Field(
         default_factory=lambda: constant(100), description="User message size (tokens)."
+    )
+    first_user_turn: Dist | None = Field(
+        None,
+        description="Size of a session's first user message (tokens); default: user_turn.",
     )
     output: OutputSpec = Field(
         default_factory=_defaults(OutputSpec), description="Output length per step."

@@ -34,6 +34,7 @@ import numpy as np
 
 from workload.measure.records import STATUS_CANCELLED, RequestRecord
 from workload.measure.retry import next_delay_s
+from workload.plan.cache_loss import lose_tail
 from workload.plan.class_plan import TEMPLATE_MARGIN, ClassPlan
 from workload.plan.loading import ProfileError
 from workload.plan.payloads import PATHS, BodyOptions, build_body
@@ -43,7 +44,7 @@ from workload.plan.shapes import MAX_FANOUT
 from workload.plan.steps import MSG_OVERHEAD, Msg, StepRequest, tool_arguments, tool_choice_for
 from workload.plan.tokens import Tokenizer
 
-_CALL_TOKENS = 64  # allowance for an assistant tool-call message
+CALL_TOKENS = _CALL_TOKENS = 64  # allowance for an assistant tool-call message (scripted)
 MIN_ROOM = 16  # the least new content and output a step is ever given
 
 # Per-session random streams (one numpy Generator each); _SHAPE only for classes with agent
@@ -107,7 +108,8 @@ class SessionPlanner:
         if cp.parallel or cp.sub:  # k results arrive in one step
             k = max(cp.parallel.upper_bound() if cp.parallel else 1, _fanout_ub(cp))
             tool_ub = k * (max(tool_ub, _spawn_ub(cp)) + _CALL_TOKENS)
-        turn = max(spec.user_turn.upper_bound(), tool_ub + _CALL_TOKENS)
+        first = spec.first_user_turn or spec.user_turn
+        turn = max(spec.user_turn.upper_bound(), first.upper_bound(), tool_ub + _CALL_TOKENS)
         out = spec.output.tokens.upper_bound()
         if spec.output.final_tokens is not None:
             out = max(out, spec.output.final_tokens.upper_bound())
@@ -167,6 +169,7 @@ class Session:
         "_system",
         "_history",
         "_ctx",
+        "_sent",
         "_pending_calls",
         "_cur",
         "_retry",
@@ -220,6 +223,7 @@ class Session:
         )
         self._history: list[Msg] = []
         self._ctx = 0  # history tokens (estimate: exact content + per-message allowance)
+        self._sent = 0  # of those, what the previous step's prompt held
         self._pending_calls: list[tuple[str, str]] = []  # (call id, tool name) awaiting results
         self._cur: StepRequest | None = None
         self._retry = False
@@ -258,7 +262,8 @@ class Session:
         if consumes_tool:
             new, pause = self._tool_results(k)
         else:
-            n = spec.user_turn.sample_int(sizes, lo=1)
+            turn = spec.first_user_turn if k == 1 and spec.first_user_turn else spec.user_turn
+            n = turn.sample_int(sizes, lo=1)
             new = [Msg("user", key=self._content_key("user", k), n=n)]
             think = max(0.0, spec.think_time_s.sample(times))
             # a user's first task (or a subagent) starts at once; later ones after a think
@@ -298,10 +303,14 @@ class Session:
             cacheable = 0  # a new cache_salt: nothing cached under it yet
         elif k == 1 or self.compactions != compactions:
             cacheable = shared
+        elif (loss := spec.context.cache_loss_tokens) is not None:  # a provider cache's misses
+            at = self._sent - round(loss.sample(sizes))
+            cacheable = c.prefix_tokens + lose_tail(self._history, at, self._content_key, k)
         else:
             cacheable = c.prefix_tokens + self._ctx
         self._history.extend(new)
         self._ctx += sum(m.tokens for m in new)
+        self._sent = self._ctx
         self._cur = self._make_step(
             k, think, pause, consumes_tool, planned_tool, out, expects, reasoning, calls
         )

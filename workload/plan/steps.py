@@ -23,9 +23,12 @@ MSG_OVERHEAD = 8  # chat-template tokens per message, a generous allowance
 
 
 class Msg:
-    """One history message: text as a (key, n) reference, a shared string, or literal."""
+    """One history message: text as a (key, n) reference, a shared string, or literal.
 
-    __slots__ = ("role", "key", "n", "text", "tool_calls", "tool_call_id", "tokens")
+    ``parts`` (when set) replaces the (key, n) reference by segments of keyed text, one
+    after the other: a message whose tail was re-sent as new bytes (``cache_loss``)."""
+
+    __slots__ = ("role", "key", "n", "text", "tool_calls", "tool_call_id", "tokens", "parts")
 
     def __init__(
         self,
@@ -45,11 +48,14 @@ class Msg:
         self.tool_calls = tool_calls
         self.tool_call_id = tool_call_id
         self.tokens = (tokens or n) + MSG_OVERHEAD
+        self.parts: tuple[tuple[int, int], ...] | None = None
 
     def render(self, synth: PromptSynth) -> dict[str, Any]:
         content = (
             self.text
             if self.text is not None
+            else "".join(synth.text(k, n) for k, n in self.parts)
+            if self.parts
             else (synth.text(self.key, self.n) if self.n else None)
         )
         d: dict[str, Any] = {"role": self.role, "content": content}

@@ -79,8 +79,23 @@ def console_table(summary: Mapping[str, Any], history: str = "scripted") -> str:
     return (
         "\n".join(lines)
         + f"\n(latencies in ms{note})\n{TABLE_KEY}"
+        + content_line(summary)
         + tool_line(summary["overall"], history)
     )
+
+
+def content_line(summary: Mapping[str, Any]) -> str:
+    """'\nfirst visible content (TTFT above counts hidden reasoning): p50 .. ms, p95 .. ms'
+    per class and overall, when some answers streamed reasoning first (else TTFT is it)."""
+    if not (summary["overall"].get("reasoning_requests") or 0):
+        return ""
+    views = list((summary.get("by_class") or {}).items())
+    views = [(n, v) for n, v in views if (v.get("ttft_content_ms") or {}).get("count")]
+    parts = []
+    for name, v in ([] if len(views) < 2 else views) + [("overall", summary["overall"])]:
+        t = v.get("ttft_content_ms") or {}
+        parts.append(f"{name} p50 {_ms(t.get('p50'))} ms, p95 {_ms(t.get('p95'))} ms")
+    return "\nfirst visible content (TTFT above counts hidden reasoning): " + "; ".join(parts)
 
 
 # The table's abbreviations, spelled out once under it (definitions: docs/metrics.md).

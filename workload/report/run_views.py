@@ -521,6 +521,7 @@ def _agent_rows(t: Mapping[str, Any], pct: Callable[[Any], str]) -> list[tuple[s
         ("sessions played", f"{t.get('sessions_played')} of {t.get('sessions')} "
          f"({t.get('subagents')} subagents)"),
         ("rounds sent / answered", f"{t.get('sent')} / {t.get('ok')} of {t.get('requests')}"),
+        ("sessions cut by the run's end", str(t.get("sessions_cut", "-"))),
         ("prompt tokens exactly as recorded", f"{t.get('prompt_exact')} of {t.get('ok')} rounds"),
         ("recorded prefix reuse (after first rounds)",
          f"{pct(t.get('recorded_prefix_ratio'))} ({pct(t.get('recorded_prefix_ratio_after_first'))})"),

@@ -22,7 +22,7 @@ from typing import Any
 from workload.errors import SetupError, UsageError
 from workload.plan.traces import AgentTrace, ContextFit, ReplayOptions, fit_rounds
 from workload.plan.traces import planned_duration_s as planned
-from workload.run.spec import RunSpec, read_run_agent_trace
+from workload.run.spec import AGENT_CAP_FACTOR, RunSpec, read_run_agent_trace
 
 PER_SESSION_SHOWN = 100  # sessions listed one by one in run.json (all are counted)
 IDLE_BINS_S = (1.0, 5.0, 30.0, 120.0, 600.0)  # cached ratio vs idle gap: bin upper edges
@@ -89,11 +89,22 @@ def agent_note(spec: RunSpec) -> str:
         f"{spec.trace} ({info.format}, closed loop, starts over {info.span_s:.1f}s at speedup "
         f"{spec.speedup:g}"
         + (f", waits capped at {spec.max_gap_s:g}s" if spec.max_gap_s else "")
-        + ")"
+        + f"); runs until every session has ended, at most {_cap(spec)}"
     )
     if info.bad_lines:
         line += f"; skipped {info.bad_lines} bad line(s), first {info.first_bad_line}"
     return line
+
+
+def _cap(spec: RunSpec) -> str:
+    """The run's length cap, and where it came from."""
+    info = spec.trace_info
+    default = info is not None and spec.duration_s == info.duration_s
+    s = spec.duration_s
+    text = f"{s:.0f}s" if s < 600 else f"{s / 60:.0f}m" if s < 36000 else f"{s / 3600:.0f}h"
+    if default:
+        return f"{text} ({AGENT_CAP_FACTOR:g}x the longest session; --duration sets the cap)"
+    return f"{text} (--duration)"
 
 
 # ---------------------------------------------------------------------------- the report
@@ -192,6 +203,10 @@ def agent_summary(
         "sessions": len(rp.trace.sessions),
         "subagents": len(rp.trace.sessions) - len(rp.trace.roots),
         "sessions_played": sum(1 for p in per if p["sent"]),
+        # sessions the run's end cut short (the cap, Ctrl-C, a stop on errors): fewer
+        # rounds sent than recorded (a failed round counts as sent; the agent went on)
+        "sessions_cut": sum(1 for p in per if p["sent"] < p["rounds"]),
+        "duration_cap_s": spec.duration_s,
         "requests": rp.trace.rounds,
         "sent": sum(p["sent"] for p in per),
         "not_sent": rp.trace.rounds - sum(p["sent"] for p in per),
@@ -253,6 +268,12 @@ def agent_lines(t: Mapping[str, Any]) -> list[str]:
         f"server cached_tokens {pct(srv.get('cached_ratio'))}, "
         f"/metrics {pct(srv.get('metrics_hit_ratio'))}",
     ]
+    if t.get("sessions_cut"):
+        lines.append(
+            f"sessions cut: {t['sessions_cut']} of {t['sessions']} ended before their last "
+            f"round (the run stopped at {t.get('duration_cap_s') or 0:.0f}s, or was stopped): "
+            "raise --duration to play them to their end"
+        )
     if t.get("duration_stretch") is not None:
         lines.append(
             f"session length: replayed / planned (recorded waits at speedup {t['speedup']:g}) "

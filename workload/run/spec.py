@@ -45,7 +45,7 @@ from workload.plan.traces import (
     read_trace_keeping_reuse,
     session_starts,
 )
-from workload.run.options import BY_NAME, OPTIONS, check_duration, check_host
+from workload.run.options import BY_NAME, MAX_DURATION_S, OPTIONS, check_duration, check_host
 from workload.sim.config import build_config
 
 SPEC_FILE = "spec.json"
@@ -56,6 +56,11 @@ RawValue = str | bool | int | float | list[str] | tuple[str, ...] | None
 # A replay with no --duration runs until its last request is due plus this much, or until
 # every request finished (whichever is first).
 TRACE_TAIL_S = 120.0
+# An agent-session replay with no --duration runs until every session has ended, at most
+# until the last session start + this many times the longest session (its rounds at their
+# recorded LLM time: a server's answers do not speed up with --speedup; its waits scaled)
+# + TRACE_TAIL_S. --duration caps it instead.
+AGENT_CAP_FACTOR = 10.0
 
 
 @dataclass(frozen=True)
@@ -393,13 +398,13 @@ def _agent_trace_info(typed: Mapping[str, Any]) -> TraceInfo:
     )
     opts = ReplayOptions(model="", seed=0, speedup=typed["speedup"], max_gap_s=typed["max_gap"])
     starts = session_starts(trace, opts)
-    longest = max(planned_duration_s(trace, s, opts) for s in trace.sessions)
+    longest = max(planned_duration_s(trace, s, opts, rounds_speedup=1.0) for s in trace.sessions)
     return TraceInfo(
         format=trace.format,
         requests=trace.rounds,
         span_s=round(starts[-1], 3),
         # closed loop: a slower server stretches sessions; the run ends when all are done
-        duration_s=starts[-1] + 2 * longest + TRACE_TAIL_S,
+        duration_s=min(MAX_DURATION_S, starts[-1] + AGENT_CAP_FACTOR * longest + TRACE_TAIL_S),
         bad_lines=len(trace.bad_lines),
         first_bad_line=str(trace.bad_lines[0]) if trace.bad_lines else None,
         sessions=len(trace.roots),

@@ -6,6 +6,7 @@ from workload.plan.traces._agent import (
     AgentRound,
     AgentTrace,
     ToolCall,
+    nested_subagents,
     summarize_agents,
     write_agent_trace,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "detect_any",
     "read_agent_trace",
     "summarize_agents",
+    "nested_subagents",
     "write_agent_trace",
     "BLOCK_TOKENS",
     "TRACE_CLASS",

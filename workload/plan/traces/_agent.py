@@ -405,6 +405,12 @@ def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 1) if values else None
 
 
+def nested_subagents(trace: AgentTrace) -> int:
+    """Subagents whose parent is itself a subagent (a subagent that ran its own)."""
+    subs = {s for s, rs in trace.sessions.items() if rs[0].parent is not None}
+    return sum(1 for s in subs if trace.sessions[s][0].parent in subs)
+
+
 def summarize_agents(trace: AgentTrace) -> dict[str, Any]:
     """What a replay of the trace would play: sessions, rounds, subagents, reuse, tool waits."""
     rounds = list(trace.iter_rounds())
@@ -421,6 +427,7 @@ def summarize_agents(trace: AgentTrace) -> dict[str, Any]:
         "sessions": len(trace.sessions),
         "root_sessions": len(trace.roots),
         "subagents": len(trace.sessions) - len(trace.roots),
+        "nested_subagents": nested_subagents(trace),
         "rounds": len(rounds),
         "rounds_per_session": _mean([len(rs) for rs in trace.sessions.values()]),
         "tool_rounds": sum(1 for r in rounds if r.tools),

@@ -6,9 +6,17 @@ its own rounds:
 
 - ``steps``: rounds per session; ``system_prompt.tokens``: the prefix round 0 reused (the
   agent's cached system prompt), less the planner's tool-schema and message allowance;
-- ``user_turn``: tokens appended on rounds that carry no tool result; each tool's
+- ``first_user_turn``: tokens a session's first round appended to its reused prefix;
+  ``user_turn``: tokens appended on later rounds that carry no tool result; each tool's
   ``result_tokens``: tokens appended per call on the round after its call; its
-  ``latency_s``: the recorded wait after the answer (``tools[].wait_s``);
+  ``latency_s``: the recorded wait after the answer (``tools[].wait_s``). After the first
+  round, what a round appended is new content only: its input less the previous round's
+  input and the previous answer as the planner keeps it in the history (visible output,
+  or a tool-call allowance), less the planner's per-message allowance;
+- ``context.cache_loss_tokens``: the provider cache's misses, the previous round's input
+  less the reused prefix (negative when the cache reached into the answer): generated
+  sessions re-send that tail and the answer as new bytes (``workload.plan.cache_loss``),
+  so their prefix is the recorded one, not what an ideal cache would hold;
 - ``output.tokens``: visible output (output less reasoning), ``reasoning.tokens``: the
   recorded reasoning (when the source reports it);
 - ``tool_call_probability``, the tools' weights and ``parallel_tools`` (calls per tool
@@ -34,7 +42,8 @@ import numpy as np
 from workload.errors import TraceError
 from workload.measure.records import RequestRecord
 from workload.plan.loading import validate_profile
-from workload.plan.sessions import Session, SessionPlanner
+from workload.plan.sessions import CALL_TOKENS, Session, SessionPlanner
+from workload.plan.steps import MSG_OVERHEAD
 from workload.plan.tokens import get_tokenizer
 from workload.plan.traces._agent import AgentRound, AgentTrace
 
@@ -91,6 +100,24 @@ def _calls(r: AgentRound) -> list[str]:
 
 def _spawns(r: AgentRound) -> int:
     return sum(1 for t in r.tools if t.subagent is not None)
+
+
+def _visible(r: AgentRound) -> int:
+    return max(1, r.output_tokens - (r.reasoning_tokens or 0))
+
+
+def _new_tokens(r: AgentRound, prev: AgentRound | None, messages: int) -> float:
+    """Tokens per message ``r`` appended that were new content: its appended tokens on a
+    first round, else its growth over ``prev``'s input less ``prev``'s answer as the
+    planner keeps it (visible output, or one tool-call allowance per call); both less the
+    planner's per-message allowance."""
+    if prev is None:
+        new = float(r.appended_tokens)
+    else:
+        calls = len(prev.tools)
+        answer = CALL_TOKENS * calls if calls else _visible(prev)
+        new = float(r.input_tokens - prev.input_tokens - answer - MSG_OVERHEAD)
+    return max(1.0, new / messages - MSG_OVERHEAD)
 
 
 # ---------------------------------------------------------------------------- statistics
@@ -215,7 +242,7 @@ def _fit_class(trace: AgentTrace, names: list[str], child: str | None) -> tuple[
     """(class dict, per-tool observations {name: {"wait": [...], "result": [...]}})."""
     sessions = [trace.sessions[n] for n in names]
     tools: dict[str, dict[str, list[float]]] = {}
-    user, outputs, reasoning, think, par = [], [], [], [], []
+    first, user, outputs, reasoning, think, par, loss = [], [], [], [], [], [], []
     tool_steps = plain_steps = spawn_steps = 0
     fanout: list[float] = []
     weights: Counter[str] = Counter()
@@ -223,8 +250,10 @@ def _fit_class(trace: AgentTrace, names: list[str], child: str | None) -> tuple[
         for k, r in enumerate(rs):
             prev = rs[k - 1] if k else None
             prev_calls = _calls(prev) if prev else []
+            if prev is not None:
+                loss.append(prev.input_tokens - r.prefix_tokens)
             if prev is not None and (prev_calls or _spawns(prev)):
-                per = r.appended_tokens / max(1, len(prev_calls) + _spawns(prev))
+                per = _new_tokens(r, prev, len(prev_calls) + _spawns(prev))
                 for t in prev.tools:
                     key = t.name
                     tools.setdefault(key, {"wait": [], "result": [], "spawn": []})
@@ -233,11 +262,12 @@ def _fit_class(trace: AgentTrace, names: list[str], child: str | None) -> tuple[
                         tools[key]["wait"].append(t.wait_s)
                     else:
                         tools[key]["spawn"].append(1.0)
+            elif k:
+                user.append(_new_tokens(r, prev, 1))
+                think.append(r.think_s)
             else:
-                user.append(r.appended_tokens)
-                if k:
-                    think.append(r.think_s)
-            outputs.append(max(1, r.output_tokens - (r.reasoning_tokens or 0)))
+                first.append(_new_tokens(r, prev, 1))
+            outputs.append(_visible(r))
             if r.reasoning_tokens is not None:
                 reasoning.append(r.reasoning_tokens)
             if k == len(rs) - 1:
@@ -257,10 +287,13 @@ def _fit_class(trace: AgentTrace, names: list[str], child: str | None) -> tuple[
         "description": f"fitted from {len(sessions)} session(s)",
         "steps": _empirical([len(rs) for rs in sessions]),
         "system_prompt": {"tokens": int(round(prefix0)), "share": "class"},
-        "user_turn": _empirical(user or [1]),
+        "first_user_turn": _empirical(first),
+        "user_turn": _empirical(user or first),
         "output": {"tokens": _empirical(outputs), "ignore_eos": True},
         "think_time_s": _empirical(think or [0.0]),
     }
+    if loss:
+        cls["context"] = {"cache_loss_tokens": _empirical(loss)}
     if weights:
         cls["tools"] = {n: float(c) for n, c in sorted(weights.items())}
         cls["tool_call_probability"] = round(tool_steps / plain_steps, 6) if plain_steps else 0.0

@@ -13,8 +13,9 @@ excerpts with ``===== record NNNN =====`` separators that TraceLab publishes rea
                  prefix = cache_read_input_tokens), tool_use blocks and the user records
                  whose tool_result blocks answer them (by tool_use_id), user messages.
                  isSidechain records (in the file, or agent-*.jsonl subagent files) are
-                 subagent sessions: child sessions of the parent whose Task/Agent call
-                 they ran (by toolUseResult.agentId, else by time)
+                 subagent sessions: child sessions of the session whose Task/Agent call
+                 ran them (by toolUseResult.agentId, else by time): the main thread or
+                 another subagent (nested)
     codex        a Codex CLI rollout: response_item (message, reasoning, function_call,
                  function_call_output, custom_tool_call[_output]) and event_msg token_count
                  (info.last_token_usage: input_tokens, cached_input_tokens, output_tokens,
@@ -356,44 +357,66 @@ def _read_claude_file(st: _ClaudeState, f: Path, on_bad: OnBadLine, bad: list[Ba
             note(bad, BadLine(str(f), n, str(e)), on_bad)
 
 
-def _link_subagent(st: _ClaudeState, main: list[RawRound], child: _Chain) -> tuple[int, RawTool]:
-    """The parent round and Task call that ran this sidechain (by agentId, else by time)."""
+def _link_subagent(
+    st: _ClaudeState, parents: list[_Chain], child: _Chain
+) -> tuple[_Chain, int, RawTool]:
+    """The chain, round and Task call that ran this sidechain: by agentId, else the latest
+    call whose run spans it (a subagent's own Task call for a nested subagent)."""
     first, last = child.rounds[0].t_start, child.rounds[-1].t_end
-    best: tuple[float, int, RawTool] | None = None
-    for k, r in enumerate(main):
-        for t in r.tools:
-            if t.name not in _SUBAGENT_TOOLS or t.subagent is not None:
-                continue
-            agent = st.agent_of_tool.get(t.call_id)
-            if agent is not None and agent == child.agent_id:
-                return k, t
-            spans = agent is None and t.emitted <= first + 1.0 and (t.result or last) >= last - 1.0
-            if spans and (best is None or t.emitted > best[0]):
-                best = (t.emitted, k, t)
+    best: tuple[float, _Chain, int, RawTool] | None = None
+    for ch in parents:
+        for k, r in enumerate(ch.rounds):
+            for t in r.tools:
+                if t.name not in _SUBAGENT_TOOLS or t.subagent is not None:
+                    continue
+                agent = st.agent_of_tool.get(t.call_id)
+                if agent is not None and agent == child.agent_id:
+                    return ch, k, t
+                spans = (
+                    agent is None and t.emitted <= first + 1.0 and (t.result or last) >= last - 1.0
+                )
+                if spans and (best is None or t.emitted > best[0]):
+                    best = (t.emitted, ch, k, t)
     if best is None:
         raise LookupError
-    return best[1], best[2]
+    return best[1], best[2], best[3]
 
 
 def _claude_trace(st: _ClaudeState, source: str, bad: list[BadLine]) -> AgentTrace:
+    """Long because it links every sidechain to the chain that ran it (a subagent may run
+    its own: nested subagents), then builds the sessions with their links."""
     rounds: list[AgentRound] = []
     mains = {sid: ch for (sid, side), ch in st.chains.items() if not side and ch.rounds}
     links: dict[str, tuple[str, int, int | None]] = {}
-    for (sid, side), ch in st.chains.items():
-        main = mains.get(sid)
-        if not side or not ch.rounds or main is None:
-            continue
+
+    def started(ch: _Chain) -> tuple[float, str]:
+        return (ch.rounds[0].t_start, ch.session)
+
+    # innermost first: a nested subagent's Task call also lies inside its parent's span
+    sides = sorted(
+        (ch for (sid, side), ch in st.chains.items() if side and ch.rounds and sid in mains),
+        key=started,
+        reverse=True,
+    )
+    for ch in sides:
+        sid = next(k[0] for k, v in st.chains.items() if v is ch)
+        main = mains[sid]
+        # a parent started before its child (no cycles); the main thread first
+        parents = [main] + [
+            p for (s2, side), p in st.chains.items()
+            if s2 == sid and side and p.rounds and started(p) < started(ch)
+        ]  # fmt: skip
         try:
-            k, call = _link_subagent(st, main.rounds, ch)
+            pch, k, call = _link_subagent(st, parents, ch)
         except LookupError:
             links[ch.session] = (main.session, _round_at(main.rounds, ch.rounds[0].t_start), None)
             continue
         call.subagent = ch.session
         join = next(
-            (j for j, r in enumerate(main.rounds) if j > k and r.t_start >= (call.result or 0.0)),
+            (j for j, r in enumerate(pch.rounds) if j > k and r.t_start >= (call.result or 0.0)),
             None,
         )
-        links[ch.session] = (main.session, k, join)
+        links[ch.session] = (pch.session, k, join)
     for ch in st.chains.values():
         if not ch.rounds:
             continue

@@ -83,12 +83,15 @@ def session_starts(trace: AgentTrace, o: ReplayOptions) -> list[float]:
     return out
 
 
-def planned_duration_s(trace: AgentTrace, session: str, o: ReplayOptions) -> float:
-    """The recorded length of a session (its rounds and waits, scaled and capped)."""
+def planned_duration_s(
+    trace: AgentTrace, session: str, o: ReplayOptions, *, rounds_speedup: float | None = None
+) -> float:
+    """The recorded length of a session (its rounds and waits, scaled and capped); the
+    rounds' own LLM time divided by ``rounds_speedup`` when given (1: as recorded)."""
     rs = trace.sessions[session]
     total = 0.0
     for k, r in enumerate(rs):
-        total += (r.t_end - r.t_start) / o.speedup
+        total += (r.t_end - r.t_start) / (rounds_speedup or o.speedup)
         if k:
             total += scaled_gap(rs[k - 1].tool_wait_s, o) + scaled_gap(r.think_s, o)
     return total

@@ -1,0 +1,57 @@
+"""Provider cache misses: re-sending the tail of a session's history as new bytes.
+
+A provider's prefix cache rarely serves everything a session sent before: Anthropic's is
+written up to the previous prompt (the answer comes back uncached), others drop a tail
+or more when the agent rewrites its context. A class with ``context.cache_loss_tokens``
+reproduces that: on each step after the first, the history from that many tokens before
+the end of the previous prompt on gets new bytes (the same sizes), so a prefix cache
+serves the previous prompt less those tokens and nothing of the answer after it (a
+negative value: the cache also serves that much of the answer). ``trace fit`` fits the
+value from an agent trace's rounds (the previous round's input less the next round's
+reused prefix).
+
+Prefix caches are positional: changing the bytes at one position makes every token
+after it a miss, so only the message holding that position is rewritten. Keyed text is
+cut there (its first part keeps its bytes: the synthesizer's text for a key is
+prefix-stable); a message whose content cannot be cut (a tool call, a server's real
+answer) is kept whole and the change starts at the next message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from workload.plan.steps import MSG_OVERHEAD, Msg
+
+
+def _cut(m: Msg, keep: int, key: int) -> Msg:
+    """A copy of keyed message ``m`` whose text after ``keep`` tokens is ``key``'s."""
+    parts: list[tuple[int, int]] = []
+    left = keep
+    for k, n in m.parts or ((m.key, m.n),):
+        if left <= 0:
+            break
+        parts.append((k, min(n, left)))
+        left -= n
+    parts.append((key, m.n - keep))
+    out = Msg(m.role, key=m.key, n=m.n, tool_call_id=m.tool_call_id, tokens=m.tokens - MSG_OVERHEAD)
+    out.parts = tuple(parts)
+    return out
+
+
+def lose_tail(history: list[Msg], at: int, key: Callable[..., int], step: int) -> int:
+    """Give ``history``'s bytes from ``at`` tokens in (allowances included) on new content,
+    keyed ``key("miss", step, i)``; returns where the change starts (past ``at`` when it
+    falls in a message that cannot be cut; the history's size when nothing is left to
+    change). Replaces messages, never edits one in place (earlier steps' bodies hold them)."""
+    pos = 0
+    for i, m in enumerate(history):
+        end = pos + m.tokens
+        keyed = m.text is None and m.n > 0 and not m.tool_calls
+        if end <= at or not keyed:
+            pos = end
+            continue
+        keep = min(max(0, at - pos - MSG_OVERHEAD), m.n - 1)
+        history[i] = _cut(m, keep, key("miss", step, i))
+        return pos + MSG_OVERHEAD + keep
+    return pos
