@@ -48,7 +48,9 @@ def test_spans_decode_to_what_was_encoded() -> None:
     root = span(tid, pid, b"", name_field("invoke_agent coding"), KIND_INTERNAL, 5, 4,
                 attributes([("k" * 200, 1)]))  # fmt: skip
     quiet_error = span(tid, bytes(8), b"", name_field("think"), KIND_INTERNAL, 1, 2, b"", "")
-    req = _decode(export_request(resource, scope_body("agentload", "1.2"), [one, root, quiet_error]))
+    req = _decode(
+        export_request(resource, scope_body("agentload", "1.2"), [one, root, quiet_error])
+    )
     (rs,) = req.resource_spans
     assert attrs(rs.resource.attributes) == {"service.name": "agentload", "agentload.seed": "3"}
     (ss,) = rs.scope_spans
