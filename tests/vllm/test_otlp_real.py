@@ -64,7 +64,8 @@ def test_vllms_request_spans_are_children_of_agentloads(
         *(a for s in shrink("chat") for a in ("--set", s)),
         "--scrape-interval", "0", "--otlp-endpoint", r.url, "--otlp-traces",
     )  # fmt: skip
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    # 3: the chat profile's TTFT SLO, which the tiny model on a shared CPU may miss
+    assert p.returncode in (0, 3), p.stdout[-3000:] + p.stderr[-3000:]
     reqs = [x for x in read_jsonl(out, "requests") if x["status"] == "ok"]
     assert reqs
     ours = {s["attributes"]["agentload.request_id"]: s for s in r.got.spans
