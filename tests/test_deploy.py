@@ -221,7 +221,12 @@ def free_port() -> int:
 
 @pytest.mark.slow
 def test_the_recipes_master_and_worker_commands_run_a_distributed_run(tmp_path: Path) -> None:
-    """The manifests' own arguments, with the cluster's addresses and paths swapped for local ones."""
+    """The manifests' own arguments, with the cluster's addresses and paths swapped for local ones.
+
+    The run ends when every user has played one session (``--sessions-per-user 1``; each
+    worker has two of the four users), not after a fixed few seconds: on a loaded machine a
+    worker's users could still be in their first think time when a short run ended, and that
+    worker wrote no requests. ``--run-time`` is only the bound."""
     m = manifests()
     mc, wc = container(m[("Job", "agentload-master")]), container(m[("Job", "agentload-workers")])
     profile = tmp_path / "profiles" / "soak.yaml"
@@ -232,7 +237,8 @@ def test_the_recipes_master_and_worker_commands_run_a_distributed_run(tmp_path: 
     with SimThread("fast", seed=1) as sim:
         local = {
             "--host": sim.url, "--agent-profile": str(profile), "--users": "4", "--spawn-rate": "4",
-            "--run-time": "4s", "--out": str(out), "--metrics-port": f"127.0.0.1:{metrics_port}",
+            "--run-time": "150s", "--sessions-per-user": "1", "--out": str(out),
+            "--metrics-port": f"127.0.0.1:{metrics_port}",
             "--metrics-linger": "0", "--master-bind-port": str(master_port),
         }  # fmt: skip
         margs = flags(mc["args"]) | local
@@ -258,7 +264,7 @@ def test_the_recipes_master_and_worker_commands_run_a_distributed_run(tmp_path: 
             for _ in range(int(margs["--expect-workers"]))
         ]
         try:
-            master_out, _ = procs[0].communicate(timeout=120)
+            master_out, _ = procs[0].communicate(timeout=240)
             for p in procs[1:]:
                 p.wait(timeout=30)
         finally:

@@ -5,9 +5,14 @@ from __future__ import annotations
 import time
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from tests.client_builders import request
 from tests.e2e.cli import agentload
 from tests.otlp_receiver import Receiver
+from tests.test_client import HAPPY
+from tests.test_client import run as exchange
 from workload.errors import UsageError
 from workload.measure.live_metrics import GENAI_DURATION_BUCKETS, GENAI_TOKEN_BUCKETS
 from workload.measure.otlp import OtlpExport, OtlpSettings, short_reason
@@ -242,3 +247,55 @@ def test_an_endpoint_that_refuses_says_why() -> None:
 
 def test_a_grpc_port_gets_a_hint() -> None:
     assert "OTLP/gRPC" in short_reason("[Errno 111] Connection refused", "http://h:4317")
+
+
+# ---------------------------------------------------------------- W3C trace context
+
+
+def _server_side(header: str) -> trace.SpanContext:
+    """What a traced server reads from the header (vLLM: TraceContextTextMapPropagator)."""
+    ctx = TraceContextTextMapPropagator().extract({"traceparent": header})
+    return trace.get_current_span(ctx).get_span_context()
+
+
+def test_a_request_sends_its_span_ids_in_traceparent_and_unsampled_ones_say_so() -> None:
+    ids = [f"coding-u{u}-s0" for u in range(20)]
+    kept = next(i for i in ids if traced(3, i, 0.3))
+    dropped = next(i for i in ids if not traced(3, i, 0.3))
+    sent: dict[str, str] = {}
+    with Receiver() as r:
+        e = OtlpExport(_settings(r.url, sample=0.3), _gauges(), print)
+        for sid in (kept, dropped):
+            e.session_started(sid, "coding", time.time())
+            for step in (1, 2):
+                req = request(session_id=sid, user_class="coding", step=step,
+                              request_id=f"{sid}-{step}")  # fmt: skip
+                req.traceparent = e.traceparent(sid, req.request_id)
+                rec, tr, _ = exchange(HAPPY, req=req)
+                sent[req.request_id] = tr.sent[0]["headers"]["traceparent"]
+                e.request(rec)
+            e.session(SessionRecord(user_class="coding", session_id=sid, t_start=time.time()))
+        e.close()
+    chats = {s["attributes"]["agentload.request_id"]: s for s in r.got.spans if s["kind"] == 3}
+    (root,) = [s for s in r.got.spans if s["name"].startswith("invoke_agent")]
+    assert set(chats) == {f"{kept}-1", f"{kept}-2"}
+    for rid, span in chats.items():
+        sc = _server_side(sent[rid])
+        assert sc.is_valid and sc.trace_flags.sampled
+        assert (f"{sc.trace_id:032x}", f"{sc.span_id:016x}") == (span["trace_id"], span["span_id"])
+        assert span["parent"] == root["span_id"]
+    unsampled = [_server_side(sent[f"{dropped}-{k}"]) for k in (1, 2)]
+    assert all(sc.is_valid and not sc.trace_flags.sampled for sc in unsampled)
+    assert unsampled[0].trace_id == unsampled[1].trace_id  # one (unrecorded) trace a session
+    assert unsampled[0].span_id != unsampled[1].span_id
+    assert f"{unsampled[0].trace_id:032x}" not in {s["trace_id"] for s in r.got.spans}
+
+
+def test_without_traces_no_traceparent_is_sent() -> None:
+    with Receiver() as r:
+        e = OtlpExport(_settings(r.url, traces=False), _gauges(), print)
+        e.session_started("coding-u0-s0", "coding", time.time())
+        assert e.traceparent("coding-u0-s0", "r1") is None
+        e.close()
+    _, tr, _ = exchange(HAPPY, req=request(traceparent=None))
+    assert "traceparent" not in tr.sent[0]["headers"]

@@ -2,7 +2,8 @@
 
 It streams a role-only chunk at once, the first content after `content_delay_s`,
 further content every `gap_s`, then a final usage chunk (with vLLM's `metrics`
-and `speculative_decoding`) and [DONE]. It remembers every X-Request-Id it saw.
+and `speculative_decoding`) and [DONE]. It remembers every X-Request-Id it saw, and the
+W3C `traceparent` header each came with.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class KnownServer:
         self.cached_tokens = cached_tokens
         self.model = model
         self.seen: list[str] = []
+        self.traceparents: dict[str, str | None] = {}  # request id -> its traceparent header
         # request id -> (request read, first content chunk written), perf_counter_ns
         self.timings: dict[str, tuple[int, int]] = {}
         self.lock = threading.Lock()
@@ -85,6 +87,7 @@ class KnownServer:
                 rid = self.headers.get("X-Request-Id", "")
                 with outer.lock:
                     outer.seen.append(rid)
+                    outer.traceparents[rid] = self.headers.get("traceparent")
                 if not req.get("stream"):
                     self._json(
                         200,

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.cli import CHAT_PROFILE
+from tests.e2e.known_server import KnownServer
 from tests.otlp_receiver import Receiver
 
 pytestmark = pytest.mark.slow
@@ -159,3 +160,31 @@ def test_a_collector_that_is_down_neither_fails_nor_holds_up_the_run(tmp_path: P
     run_json = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run_json["duration_s"] < 5 + 3  # the run ended on time: exports never held it
     assert len(requests_of(tmp_path / "run")) == run_json["summary"]["overall"]["requests"]
+
+
+def test_each_request_carries_its_span_to_the_server_as_w3c_trace_context(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "run"
+    with Receiver() as r, KnownServer(content_delay_s=0.05, gap_s=0.01, chunks=5) as srv:
+        cmd = [sys.executable, "-m", "workload.cli", "run", "--host", srv.url,
+               "--profile", CHAT_PROFILE, "--users", "3", "--duration", "4s",
+               "--scrape-interval", "0", "--out", str(out),
+               "--otlp-endpoint", r.url, "--otlp-traces"]  # fmt: skip
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        time.sleep(0.2)
+        headers = dict(srv.traceparents)
+    assert p.returncode == 0, p.stdout + p.stderr
+    reqs = {x["request_id"]: x for x in requests_of(out)}
+    assert headers and set(headers) <= set(reqs)
+    chats = {s["attributes"]["agentload.request_id"]: s for s in r.got.spans if s["kind"] == 3}
+    roots = {s["span_id"]: s for s in r.got.spans if s["name"].startswith("invoke_agent")}
+    for rid, header in headers.items():
+        assert header is not None, rid
+        version, trace_id, span_id, flags = header.split("-")
+        assert (version, flags, len(trace_id), len(span_id)) == ("00", "01", 32, 16)
+        span = chats[rid]  # the request's own span: the server's goes under it
+        assert (span["trace_id"], span["span_id"]) == (trace_id, span_id)
+        assert roots[span["parent"]]["attributes"]["gen_ai.conversation.id"] == reqs[rid][
+            "session_id"]  # fmt: skip
+    assert len({h.split("-")[2] for h in headers.values() if h}) == len(headers)  # one per attempt

@@ -144,6 +144,8 @@ def play(rt: Any, session: Any, arrival: Any = None, parent: str | None = None) 
                                float(step.tool_pause_s or 0.0), float(step.think_s or 0.0))  # fmt: skip
             req = step.request
             req.request_id = request_id_for(rt.seed, session.session_id, step.step, req.attempt)
+            if rt.otel is not None:  # --otlp-traces: the server's span goes under the request's
+                req.traceparent = rt.otel.traceparent(session.session_id, req.request_id)
             rt.live.requests_started += 1
             rec: RequestRecord = rt.client.exchange(req)
             stopped = False

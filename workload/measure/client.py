@@ -452,6 +452,8 @@ class Client:
             headers = dict(self._headers)
             headers["Accept"] = "text/event-stream" if req.stream else "application/json"
             headers["X-Request-Id"] = req.request_id
+            if req.traceparent:
+                headers["traceparent"] = req.traceparent
             # non-streamed replies are silent until done: only the overall timeout applies
             read_timeout = req.stall_timeout_s if req.stream else req.timeout_s + 1.0
             resp = self._transport.post(

@@ -1,11 +1,11 @@
 """`--otlp-endpoint`: the run's numbers sent through the OpenTelemetry SDK over OTLP/HTTP.
 
 Each measuring process (the local one, or every worker) builds its own ``MeterProvider`` (a
-``PeriodicExportingMetricReader``) and, with ``--otlp-traces``, a ``TracerProvider`` (a
-``BatchSpanProcessor``), never the global ones. The hooks that count a finished request or
-session add to a tally (``otlp_metrics``, read by the SDK at export time) and end spans
-(``otlp_traces``); collecting, encoding and sending run in the SDK's own threads (greenlets
-under Locust), batched. A process is one OpenTelemetry service instance (``service.instance.id`` =
+``PeriodicExportingMetricReader``), never the global one, and with ``--otlp-traces`` a span
+queue (``otlp_spans``) that sends through the SDK's OTLP/HTTP span exporter's client. The
+hooks that count a finished request or session add to a tally (``otlp_metrics``, read by the
+SDK at export time) and write ended spans (``otlp_traces``); collecting and sending run in
+threads of their own (greenlets under Locust), batched. A process is one OpenTelemetry service instance (``service.instance.id`` =
 ``<run id>/<role><worker>``): a backend sums the workers, as Locust's master sums their stats.
 
 An endpoint that is down or refuses never fails or slows the run: the SDK's own log lines are
@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
@@ -38,19 +38,17 @@ from opentelemetry.sdk.metrics.export import (
     ScopeMetrics,
 )
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.util.types import AttributeValue
 
 from workload.measure.otlp_metrics import Gauges, Tally
+from workload.measure.otlp_spans import SpanQueue, resource_body, scope_body
 from workload.measure.otlp_traces import SessionTracer
 from workload.measure.records import RequestRecord, SessionRecord
 
 __all__ = ["ExportHealth", "Gauges", "OtlpExport", "OtlpSettings", "short_reason", "with_metrics"]
 
 SCOPE = "agentload"
-SPAN_BATCH = 64  # spans encoded per export: each encode runs on the measuring loop's thread
 CLOSE_TIMEOUT_S = 2.0  # the most the last export may add to the end of a run
 EXPORT_TIMEOUT_S = 5.0  # one export, its retries included (the SDK's default: 10 s)
 
@@ -88,18 +86,19 @@ class ExportHealth(logging.Handler):
         if self.closed:
             return  # an export thread still retrying after the run's end: nothing more to say
         text = record.getMessage()
-        if text.startswith("Queue full"):  # BatchSpanProcessor: spans come faster than go out
-            if not self.said_full:
-                self.said_full = True
-                self.say(
-                    "agentload: OTLP span queue full: spans are being dropped (the export "
-                    "cannot keep up; --otlp-sample 0.1 traces a tenth of the sessions)"
-                )
-            return
         if not self.reason:
             self.reason = short_reason(text, self.endpoint)
         if record.levelno >= logging.ERROR and "export" in text.lower():
             self.failure()
+
+    def queue_full(self) -> None:
+        """Spans come faster than they go out: the newest are dropped (said once)."""
+        if not self.said_full:
+            self.said_full = True
+            self.say(
+                "agentload: OTLP span queue full: spans are being dropped (the export "
+                "cannot keep up; --otlp-sample 0.1 traces a tenth of the sessions)"
+            )
 
     def failure(self) -> None:
         self.failed += 1
@@ -128,17 +127,30 @@ def short_reason(text: str, endpoint: str) -> str:
 
 
 class _Spans(OTLPSpanExporter):
+    """The SDK's OTLP/HTTP span exporter, sending spans already encoded (``otlp_spans``).
+
+    Built by the SDK, so the endpoint's headers, TLS, compression and timeout come from the
+    same ``OTEL_EXPORTER_OTLP_*`` variables as the metrics'; ``send`` hands the bytes to the
+    exporter's HTTP client (retries and backoff included), the step ``export`` takes after
+    encoding SDK spans. The client is the SDK's own attribute, ``_client``: the `otel` extra
+    pins the SDK's minor version, and ``tests/test_otlp.py`` sends through it.
+    """
+
     def __init__(self, health: ExportHealth, **kw: Any) -> None:
         super().__init__(**kw)
         self.health = health
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def send(self, data: bytes) -> bool:
         if self.health.giving_up:
-            return SpanExportResult.FAILURE
-        result = super().export(spans)
-        if result is not SpanExportResult.SUCCESS:
+            return False
+        ok = bool(self._client.export(data).success)
+        if not ok:
             self.health.failure()
-        return result
+        return ok
+
+    def close(self) -> None:
+        """The HTTP client's connections closed (after the last batch)."""
+        self.shutdown()  # type: ignore[no-untyped-call]  # the SDK's, unannotated
 
 
 class _Metrics(OTLPMetricExporter):
@@ -209,15 +221,14 @@ class OtlpExport:
         )
         self.meters = MeterProvider([self.reader], resource=resource, shutdown_on_exit=False)
         self.metrics.register(self.meters.get_meter(SCOPE), gauges)
-        self.tracers: TracerProvider | None = None
+        self.queue: SpanQueue | None = None
         self.spans: SessionTracer | None = None
         if s.traces:
-            self.tracers = TracerProvider(resource=resource, shutdown_on_exit=False)
-            self.tracers.add_span_processor(BatchSpanProcessor(
-                _Spans(self.health, endpoint=f"{s.endpoint}/v1/traces", timeout=EXPORT_TIMEOUT_S),
-                max_export_batch_size=SPAN_BATCH,
-            ))  # fmt: skip
-            self.spans = SessionTracer(self.tracers.get_tracer(SCOPE), base, s.seed, s.sample)
+            self.span_exporter = _Spans(self.health, endpoint=f"{s.endpoint}/v1/traces",
+                                        timeout=EXPORT_TIMEOUT_S)  # fmt: skip
+            self.queue = SpanQueue(self.span_exporter.send, resource_body(resource.attributes),
+                                   scope_body(SCOPE), self.health.queue_full)  # fmt: skip
+            self.spans = SessionTracer(self.queue, base, s.seed, s.sample)
         self.closed = False
 
     # ---- the hooks (AgentRuntime / users.play) ------------------------------------------------
@@ -227,6 +238,11 @@ class OtlpExport:
         self.metrics.session_started()
         if self.spans is not None:
             self.spans.session_started(session_id, cls, t_start, parent_id)
+
+    def traceparent(self, session_id: str, request_id: str) -> str | None:
+        """The W3C ``traceparent`` header for a request about to be sent (None without
+        ``--otlp-traces``): its span's ids, so the server's span links under it."""
+        return None if self.spans is None else self.spans.traceparent(session_id, request_id)
 
     def waited(self, session_id: str, t0: float, t1: float, tool_s: float, think_s: float) -> None:
         if self.spans is not None:
@@ -265,6 +281,7 @@ class OtlpExport:
         self.health.closed = True
 
     def _shutdown(self) -> None:
-        if self.tracers is not None:
-            self.tracers.shutdown()  # BatchSpanProcessor: the queue's last batches
+        if self.queue is not None:
+            self.queue.shutdown()  # the queue's last batches
+            self.span_exporter.close()
         self.meters.shutdown()  # the periodic reader's last collection and export

@@ -45,6 +45,7 @@ class PreparedRequest:
     step: int = 0
     attempt: int = 0
     planned_tool: str | None = None  # the tool the plan has this step call (copied into the record)
+    traceparent: str | None = None  # --otlp-traces: the W3C trace context header of its span
 
 
 class TransportError(Exception):
