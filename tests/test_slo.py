@@ -157,3 +157,14 @@ def test_check_slo_overrides_did_you_mean():
     assert "did you mean 'ttft_p95_ms'?" in p
     [p] = check_slo_overrides({"*": {"ttft_p95_ms": float("nan")}}, classes)
     assert "finite" in p
+
+
+def test_messages_write_units_as_a_reader_does(agg):
+    """ "session_success_ratio = 1 ratio" and "goodput_per_min = 84.7 per_min" read as jargon
+    on the console's last lines (issue 30's newcomer walk)."""
+    slos = {"chat": {"session_success_ratio": 0.5, "ttft_p95_ms": 100, "goodput_per_min": 0}}
+    msgs = {r.metric: r.message for r in evaluate_slos(agg, slos)}
+    assert msgs["session_success_ratio"].startswith("chat: session_success_ratio = 0.9091 (need")
+    assert " ms (need <= 100" in msgs["ttft_p95_ms"]
+    assert "/min (need >= 0" in msgs["goodput_per_min"]
+    assert " ratio " not in msgs["session_success_ratio"]
