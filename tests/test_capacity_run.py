@@ -88,6 +88,11 @@ def test_few_legend_says_what_few_means() -> None:
               "stop_reason": "max_passed", "bounds": {"min": 2, "max": 2},
               "steps": [{"load": 2, "slo_met": True, "verdict": "pass", "samples": 30,
                          "too_few_samples": True, "slo_values": {}}]}  # fmt: skip
+    html = capacity_html(result)
+    assert "30 (few)" in html and "(few) = too few samples to tell" in html
+    assert "(few) =" not in capacity_html(
+        {**result, "steps": [{**result["steps"][0], "too_few_samples": False}]}
+    )
     text = capacity_table(result)
     assert "30 (few)" in text
     assert text.splitlines()[-1] == (
