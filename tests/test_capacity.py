@@ -281,3 +281,26 @@ def test_capacity_table_rate_and_below_min():
         in capacity_table(r.to_dict())
     )
     assert not math.isnan(r.capacity or 0)
+
+
+# ---------------------------------------------------------------- settled verdicts (the "(few)")
+
+
+def test_samples_to_settle_a_pass():
+    from workload.orchestrate.capacity.search import samples_to_settle
+
+    assert [samples_to_settle(q) for q in (0.5, 0.9, 0.95, 0.99)] == [5, 29, 59, 299]
+    with pytest.raises(CapacityError):
+        samples_to_settle(1.0)
+
+
+def test_quantile_verdict_settled_by_the_count_beyond_the_threshold():
+    from workload.orchestrate.capacity.search import quantile_verdict_settled as settled
+
+    # a p95 SLO: 5 % may lie beyond; none beyond settles a pass from 59 samples on
+    assert not settled(58, 0, 0.05) and settled(59, 0, 0.05)
+    # near the threshold (3.3 % beyond) 360 samples do not tell pass from fail, 720 do
+    assert not settled(360, 12, 0.05) and settled(720, 24, 0.05)
+    # many beyond settle a fail on few samples: 5 of 20 past a p95
+    assert settled(20, 5, 0.05) and not settled(20, 2, 0.05)
+    assert not settled(0, 0, 0.05)

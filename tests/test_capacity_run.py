@@ -67,6 +67,40 @@ def test_window_end_and_clearly_broken(tmp_path: Path) -> None:
     assert j.extra["request_goodput_ratio"] == 0.0
 
 
+def test_a_window_too_small_to_settle_a_p95_is_few(tmp_path: Path) -> None:
+    """32 samples all under the p95 threshold cannot tell a pass from a fail (59 can)."""
+    _write_step(tmp_path / "small", ttft_ms=100.0, n=40)
+    agg, window, _ = window_aggregate(tmp_path / "small", SLOS, warmup_s=2.0)
+    j = judge(agg, SLOS, window)
+    assert j.slo_met and j.samples == 32 and j.extra["unsettled"] == ["chat.ttft_p95_ms"]
+    _write_step(tmp_path / "big", ttft_ms=100.0, n=80)
+    agg, window, _ = window_aggregate(tmp_path / "big", SLOS, warmup_s=2.0)
+    j = judge(agg, SLOS, window)
+    assert j.slo_met and j.samples == 72 and j.extra["unsettled"] == []
+    # a fail far past the threshold is settled on the same 32 samples
+    _write_step(tmp_path / "slow", ttft_ms=450.0, n=40)
+    agg, window, _ = window_aggregate(tmp_path / "slow", SLOS, warmup_s=2.0)
+    assert judge(agg, SLOS, window).extra["unsettled"] == []
+
+
+def test_few_legend_says_what_few_means() -> None:
+    result = {"dimension": "users", "capacity": 2, "first_failing": None,
+              "stop_reason": "max_passed", "bounds": {"min": 2, "max": 2},
+              "steps": [{"load": 2, "slo_met": True, "verdict": "pass", "samples": 30,
+                         "too_few_samples": True, "slo_values": {}}]}  # fmt: skip
+    html = capacity_html(result)
+    assert "30 (few)" in html and "(few) = too few samples to tell" in html
+    assert "(few) =" not in capacity_html(
+        {**result, "steps": [{**result["steps"][0], "too_few_samples": False}]}
+    )
+    text = capacity_table(result)
+    assert "30 (few)" in text
+    assert text.splitlines()[-1] == (
+        "(few) = too few samples to tell a quantile SLO's pass from a fail at 95 % "
+        "confidence; run steps longer"
+    )
+
+
 def test_driver_search_writes_the_step_fields(tmp_path: Path) -> None:
     class Done:
         def __init__(self) -> None:

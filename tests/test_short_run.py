@@ -43,3 +43,16 @@ def test_no_step_done_and_request_metrics_say_what_was_missing():
         "no batch request finished in this 5m run: give the run a longer --duration (or more "
         "users for this class)"
     )
+
+
+def test_the_run_length_named_is_the_one_it_ran() -> None:
+    """A web UI run of 5 s under a 60 s profile said "in this 60s run"; a run stopped by a
+    signal after 10 s likewise. The length named is the wall time, at most the planned one."""
+    from workload.run.short_run import run_length_s
+
+    assert run_length_s(60.0, 6.3) == 6.3
+    assert run_length_s(60.0, 61.8) == 60.0  # the summary written after the planned minute
+    assert run_length_s(None, 12.0) == 12.0
+    r = _unjudged("chat", "ttft_p95_ms")
+    explain_unjudged([r], [], run_length_s(60.0, 6.3))
+    assert "no chat request finished in this 6s run" in r.message

@@ -176,3 +176,14 @@ def test_time_to_first_visible_content_is_a_gateable_slo():
     # goodput: a request whose visible content came late missed its class's SLO
     assert not request_meets_slo(req(ttft_ms=50.0, ttft_content_ms=450.0), slos["chat"])
     assert request_meets_slo(req(ttft_ms=50.0, ttft_content_ms=350.0), slos["chat"])
+
+
+def test_messages_write_units_as_a_reader_does(agg):
+    """ "session_success_ratio = 1 ratio" and "goodput_per_min = 84.7 per_min" read as jargon
+    on the console's last lines (issue 30's newcomer walk)."""
+    slos = {"chat": {"session_success_ratio": 0.5, "ttft_p95_ms": 100, "goodput_per_min": 0}}
+    msgs = {r.metric: r.message for r in evaluate_slos(agg, slos)}
+    assert msgs["session_success_ratio"].startswith("chat: session_success_ratio = 0.9091 (need")
+    assert " ms (need <= 100" in msgs["ttft_p95_ms"]
+    assert "/min (need >= 0" in msgs["goodput_per_min"]
+    assert " ratio " not in msgs["session_success_ratio"]

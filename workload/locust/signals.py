@@ -20,8 +20,11 @@ from typing import Any
 
 import gevent
 import psutil
+from locust.runners import STATE_INIT, STATE_STOPPED
 
 from workload.stopping import STOP_SIGNALS, StopLatch, set_parent_death_signal, signal_name
+
+IDLE_STATES = (STATE_INIT, STATE_STOPPED)  # a web UI's runner before a start, or after a stop
 
 
 @dataclass
@@ -75,7 +78,10 @@ def _on_signal(environment: Any, signum: int) -> None:
         return  # the same stop twice at once, not a second press
     if meaning == "stop":
         print(
-            f"agentload: {name}: stopping; in-flight requests are recorded as cancelled "
+            f"agentload: {name}: closing the web UI (no test running: each test started "
+            "from it has written its artifacts already)"
+            if _web_ui_idle(environment)
+            else f"agentload: {name}: stopping; in-flight requests are recorded as cancelled "
             "and the summary is written (send it again to stop at once)",
             file=sys.stderr,
             flush=True,
@@ -93,6 +99,13 @@ def _on_signal(environment: Any, signum: int) -> None:
     )
     _kill_workers()
     os._exit(code)
+
+
+def _web_ui_idle(environment: Any) -> bool:
+    """The web UI is up and no test is running: a stop has nothing in flight to record."""
+    runner = environment.runner
+    state = getattr(runner, "state", None) if runner is not None else None
+    return getattr(environment, "web_ui", None) is not None and state in IDLE_STATES
 
 
 def _quit(environment: Any) -> None:

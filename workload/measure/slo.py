@@ -276,6 +276,12 @@ def _pct_label(p: float) -> str:
     return f"p{p:g}".replace(".", "_")
 
 
+def _shown_unit(unit: str) -> str:
+    """The unit as a reader writes it after a value: " ms", "/min", "/s"; none for a ratio
+    (the key already says so: "session_success_ratio = 1 ratio" read as jargon)."""
+    return {"ratio": "", "per_min": "/min", "per_s": "/s"}.get(unit, f" {unit}")
+
+
 def evaluate_slos(
     aggregate_or_summary: Any,
     slos_by_class: Mapping[str, Mapping[str, Any]],
@@ -334,7 +340,7 @@ def evaluate_slos(
                     unit=unit,
                     bound=bound,
                     message=(
-                        f"{label}: {key} = {_fmt(observed)} {unit} "
+                        f"{label}: {key} = {_fmt(observed)}{_shown_unit(unit)} "
                         f"(need {bound} {_fmt(threshold)}, n={n}) {verdict}"
                     ),
                 )

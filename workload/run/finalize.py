@@ -33,7 +33,7 @@ from workload.report.run_report import write_run_report
 from workload.run.load_summary import arrival_lines, load_summary, stage_lines
 from workload.run.reconcile import reconcile
 from workload.run.replay import read_rows, trace_lines, trace_summary
-from workload.run.short_run import explain_unjudged
+from workload.run.short_run import explain_unjudged, run_length_s
 from workload.stopping import exit_code_for_signal
 
 if TYPE_CHECKING:  # types only
@@ -91,7 +91,7 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
     explain_unjudged(
         slo_results,
         artifacts.read_records(out, "sessions"),
-        spec.duration_s or time.time() - m.started_wall,
+        run_length_s(spec.duration_s, time.time() - m.started_wall),
     )
 
     samples = metrics.read_samples(out / "metrics.jsonl")

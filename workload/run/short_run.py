@@ -39,6 +39,13 @@ def _run_length(s: float) -> str:
     return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m"
 
 
+def run_length_s(planned_s: float | None, elapsed_s: float) -> float:
+    """How long the run ran: its wall time so far, never more than it was planned to run (a
+    run stopped early by a signal, or started from the web UI with a shorter run time than
+    the profile's, ran for less than the profile's duration)."""
+    return min(planned_s, elapsed_s) if planned_s else elapsed_s
+
+
 def session_length_s(sessions: Iterable[Mapping[str, Any]]) -> float | None:
     """The median estimated length of the sessions cut off by the end of the run: their time
     so far scaled by steps planned / steps done (None when none had done a step)."""

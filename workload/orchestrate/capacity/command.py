@@ -28,7 +28,12 @@ from workload.errors import (
 from workload.measure import artifacts
 from workload.measure.slo import validate_slos
 from workload.orchestrate.capacity.driver import CapacityDriver, write_outputs
-from workload.orchestrate.capacity.search import SearchSpec, samples_needed_for, search_spec
+from workload.orchestrate.capacity.search import (
+    SearchSpec,
+    samples_to_settle,
+    search_spec,
+    slo_quantile,
+)
 from workload.orchestrate.locust_child import locust_argv
 from workload.orchestrate.preflight import preflight
 from workload.orchestrate.simhost import start_embedded_sim
@@ -116,7 +121,9 @@ def main_capacity(argv: list[str]) -> int:
     )  # fmt: skip
     if args.dimension == "arrival_rate":  # every step's profile is this one at another rate
         apply_arrival(spec.profile, {"arrival_rate": search.min_load, "arrival": spec.arrival})
-    need = max(samples_needed_for(s) for s in slos.values())
+    # the fewest samples that can settle a pass of the strictest quantile SLO (p95: 59)
+    quantiles = [q for s in slos.values() for k in s if (q := slo_quantile(k)) is not None]
+    need = max((samples_to_settle(q) for q in quantiles), default=0)
     run_id = artifacts.new_run_id()
     out = Path(spec.out) if spec.out else artifacts.default_out_dir(f"capacity-{run_id}")
     if (out / "capacity.json").exists():
@@ -154,8 +161,8 @@ def _search(
         except RuntimeError as e:
             raise SetupError(str(e)) from None
         result["quantile_samples_needed"] = need
-        for s in result["steps"]:
-            s["too_few_samples"] = bool(need) and s["samples"] < need
+        for s in result["steps"]:  # (few): a quantile SLO's verdict the samples do not settle
+            s["too_few_samples"] = bool(s.get("unsettled"))
         print(write_outputs(Path(spec.out), result), flush=True)
         print(f"agentload: capacity.json and capacity.html in {spec.out}", flush=True)
         if driver.stopped is not None:

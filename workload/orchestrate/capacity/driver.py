@@ -38,6 +38,8 @@ from workload.orchestrate.capacity.search import (
     StepResult,
     capacity_search,
     clearly_broken,
+    quantile_verdict_settled,
+    slo_quantile,
     stopped_result,
 )
 from workload.orchestrate.capacity.text import capacity_table
@@ -125,6 +127,30 @@ def _samples(summary: Mapping[str, Any], cls: str, key: str) -> int | None:
     return int((block or {}).get("count") or 0)
 
 
+def _unsettled(
+    agg: Aggregate, summary: Mapping[str, Any], slos: Mapping[str, Mapping[str, float]]
+) -> list[str]:
+    """The quantile SLOs (of classes that sent requests) whose verdict the window's samples do
+    not settle at 95 % (``search.quantile_verdict_settled``): the step's ``(few)``."""
+    out = []
+    for cls, keys in slos.items():
+        view = agg.overall if cls == OVERALL else agg.classes.get(cls)
+        if view is None or not _sent(summary, cls):
+            continue
+        for key, threshold in keys.items():
+            q = slo_quantile(key)
+            n = _samples(summary, cls, key)
+            metric, _, bound, unit = parse_slo_key(key)
+            h = view.hists.get("session_duration" if metric == "task_time" else metric)
+            if q is None or not n or h is None or unit != "ms":
+                continue  # not a quantile, or no samples (inconclusive or not applicable)
+            at_most = h.counts_at_most_us([round(threshold * 1000)])[0]
+            beyond, share = (n - at_most, 1.0 - q) if bound == "<=" else (at_most, q)
+            if not quantile_verdict_settled(n, beyond, share):
+                out.append(_label(cls, key))
+    return out
+
+
 def judge(
     agg: Aggregate,
     slos: Mapping[str, Mapping[str, float]],
@@ -178,6 +204,7 @@ def judge(
         _label(r.class_name, r.metric) for r in unjudged if _sent(summary, r.class_name)
     ]
     extra["inconclusive"] = inconclusive
+    extra["unsettled"] = _unsettled(agg, summary, slos)
     extra["not_applicable"] = [
         _label(r.class_name, r.metric) for r in unjudged if not _sent(summary, r.class_name)
     ]

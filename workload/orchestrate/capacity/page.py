@@ -42,6 +42,9 @@ request-level SLO, per second of the window. Stop: {{ stop }}.</p>
 <table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for css, row in rows %}<tr class="{{ css }}">{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}
 </table>
+{% if few %}<p class="muted">(few) = too few samples to tell a quantile SLO's pass from a fail
+at 95 % confidence (exact binomial test on the samples beyond its threshold); run steps
+longer (--step-duration).</p>{% endif %}
 </body></html>
 """
 
@@ -145,6 +148,7 @@ def capacity_html(result: Mapping[str, Any]) -> str:
         charts=capacity_charts(result),
         header=header,
         rows=rows,
+        few=any(s.get("too_few_samples") for s in steps),
     )
 
 

@@ -18,7 +18,8 @@ was judged and met; the caller tells the two apart (capacity.json ``inconclusive
 A step that fails stops the step-up: loads above a failing one are never run. A step
 that "clearly" breaks its SLOs may end early inside ``measure`` (``clearly_broken`` helps
 decide); the search only reads ``slo_met``. A step with fewer samples than a quantile
-SLO needs (``samples_needed``) still counts, but carries ``too_few_samples``.
+SLO needs (``samples_needed``) still counts, but carries ``too_few_samples``; the CLI marks
+it instead when the samples do not settle the verdict (``quantile_verdict_settled``).
 
 ``CapacityResult.to_dict()``::
 
@@ -61,6 +62,51 @@ def samples_needed(quantile: float, tail: int = TAIL_SAMPLES) -> int:
         raise CapacityError(f"quantile must be in (0, 1), got {quantile!r}")
     # round first: 10 / (1 - 0.95) is 200.00000000000003 in floating point
     return math.ceil(round(tail / (1.0 - q), 6))
+
+
+SETTLE_ALPHA = 0.05  # a verdict is settled when the sample contradicts its opposite at 95 %
+
+
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), summed in log space (no scipy at start-up)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    base = math.lgamma(n + 1)
+    return min(1.0, sum(
+        math.exp(base - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq)
+        for i in range(k + 1)
+    ))  # fmt: skip
+
+
+def quantile_verdict_settled(
+    n: int, beyond: int, share: float, alpha: float = SETTLE_ALPHA
+) -> bool:
+    """Whether ``n`` samples, ``beyond`` of them past an SLO's threshold, settle its verdict.
+
+    A quantile SLO (``ttft_p95_ms <= 800``) holds when at most ``share`` (0.05) of the values
+    lie beyond the threshold. The count beyond is Binomial(n, share) when the SLO is met
+    exactly, so a pass is settled when so few beyond would happen with probability at most
+    ``alpha`` (P(X <= beyond) <= alpha), a fail when so many would (P(X >= beyond) <= alpha);
+    in between the sample cannot tell the two apart (exact binomial test, one-sided, no
+    assumption about the latency distribution). With none beyond, a p95 needs 59 samples,
+    a p99 299, a p50 5.
+    """
+    if n <= 0 or not 0.0 < share < 1.0:
+        return False
+    beyond = max(0, min(int(beyond), n))
+    return _binom_cdf(beyond, n, share) <= alpha or 1.0 - _binom_cdf(beyond - 1, n, share) <= alpha
+
+
+def samples_to_settle(quantile: float, alpha: float = SETTLE_ALPHA) -> int:
+    """The fewest samples that can settle a pass of a quantile SLO: none beyond the threshold,
+    (1 - share)^n <= alpha with share = 1 - quantile (p95: 59, p99: 299, p50: 5)."""
+    q = float(quantile)
+    if not math.isfinite(q) or not 0.0 < q < 1.0:
+        raise CapacityError(f"quantile must be in (0, 1), got {quantile!r}")
+    return math.ceil(round(math.log(alpha) / math.log(q), 6))
 
 
 def slo_quantile(key: str) -> float | None:

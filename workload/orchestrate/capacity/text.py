@@ -56,7 +56,10 @@ def capacity_table(result: Mapping[str, Any]) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append(answer_line(result))
     if any(s.get("too_few_samples") for s in result["steps"]):
-        lines.append("(few) = fewer samples than the quantile SLOs need; run steps longer")
+        lines.append(
+            "(few) = too few samples to tell a quantile SLO's pass from a fail at 95 %"
+            " confidence; run steps longer"
+        )
     return "\n".join(lines)
 
 
