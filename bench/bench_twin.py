@@ -97,10 +97,12 @@ def start_twin(path: str, noise: bool) -> tuple[subprocess.Popen[str], str]:
 
 
 def table(
-    real: dict[str, dict[str, list[float]]], twin: dict[str, dict[str, list[float]]], b: str
+    real: dict[str, dict[str, list[float]]], twin: dict[str, dict[str, list[float]]], label: str
 ) -> None:
-    """The markdown table of one run; `b` names the second side ("twin" or "again")."""
-    print(f"| level | metric | server p50 | {b} p50 | error | server p95 | {b} p95 | error |")
+    """The markdown table of one run; `label` names the second side ("twin" or "again")."""
+    print(
+        f"| level | metric | server p50 | {label} p50 | error | server p95 | {label} p95 | error |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, users in LEVELS:
         a_side, b_side = real[name], twin[name]
@@ -118,7 +120,7 @@ def table(
             f"{name} ({users}): requests {len(a_side['e2e'])} / {len(b_side['e2e'])}, "
             f"chunks per request p50 {pct(a_side['chunks'], 0.5):.0f} / "
             f"{pct(b_side['chunks'], 0.5):.0f}, prompt tokens p50 "
-            f"{pct(a_side['prompt'], 0.5):.0f} / {pct(b_side['prompt'], 0.5):.0f} (server / {b})"
+            f"{pct(a_side['prompt'], 0.5):.0f} / {pct(b_side['prompt'], 0.5):.0f} (server / {label})"
         )
 
 

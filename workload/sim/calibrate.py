@@ -38,7 +38,7 @@ from workload.errors import ArgParser, SetupError, SimConfigError, UsageError
 from workload.sim.apisplit import split_api
 from workload.sim.config import build_config, parse_assignments
 from workload.sim.costmodel import StepShape
-from workload.sim.specfit import SpecCounters, fit_acceptance, read_counters
+from workload.sim.specfit import SpecCounters, fit_acceptance, fit_cold, read_counters
 
 # The coefficients the sweep identifies, with their feature in StepShape.features() order
 # (decode_ms_base and draft_ms_per_token are not identified: pinned, see module docstring).
@@ -58,6 +58,8 @@ BURST = 8
 BURST_TOKENS = 64
 DECODE_REPEATS = 2
 DECODE_TOKENS = 64  # enough steps past the start when a step carries 1 + k tokens
+COLD_TOKENS = 16  # the short streams that tell a cold start from random misses
+COLD_STREAMS = 6
 TIMEOUT_S = 60.0
 
 
@@ -206,8 +208,11 @@ def sweep_burst(t: Target, rng: random.Random, per_word: float) -> tuple[int, fl
     return int(statistics.median(tokens)), statistics.median(means)
 
 
-def sweep_decode(t: Target, rng: random.Random, per_word: float) -> list[tuple[int, int, float]]:
-    """(batch, prompt tokens, decode step ms) of B concurrent streams once all have started.
+def sweep_decode(
+    t: Target, rng: random.Random, per_word: float, chunks: list[int] | None = None
+) -> list[tuple[int, int, float]]:
+    """(batch, prompt tokens, decode step ms) of B concurrent streams once all have started;
+    each stream's content chunk count is appended to `chunks` (one chunk per engine step).
 
     A stream's step is its mean chunk gap between its fourth and its third-last chunk (the
     first steps can carry other streams' prefill): the mean, not the median, because a
@@ -227,6 +232,8 @@ def sweep_decode(t: Target, rng: random.Random, per_word: float) -> list[tuple[i
                 with ThreadPoolExecutor(max_workers=batch) as pool:
                     results = list(pool.map(lambda x: stream_once(t, x, DECODE_TOKENS), texts))
                 for _, arrivals, _ in results:
+                    if chunks is not None:
+                        chunks.append(len(arrivals))
                     window = arrivals[3:-2]
                     if len(window) >= 2:
                         steps.append((window[-1] - window[0]) / (len(window) - 1))
@@ -247,6 +254,30 @@ def decode_samples(measured: list[tuple[int, int, float]], drafts: int) -> list[
             shape.add(prompt + DECODE_TOKENS // 2, 1 + drafts, prefill=False, drafts=drafts)
         out.append(Sample(shape, False, ms))
     return out
+
+
+def decode_steps_seen(chunks: list[int], delta: SpecCounters) -> float:
+    """The decode sweep's decode steps: every content chunk after a stream's first is one.
+
+    Both counts at hand are lower bounds: chunks merge when the API process falls behind
+    (two steps, one chunk), and the counters' generation - requests - accepted misses the
+    drafts accepted past max_tokens. Every stream asks for the same DECODE_TOKENS, so the
+    median stream's chunks stand for each (a merge hits few), and the larger bound wins.
+    """
+    if not chunks:
+        return 0.0
+    seen = (statistics.median(chunks) - 1) * len(chunks)
+    return float(max(seen, delta.generation_tokens - delta.requests - delta.accepted))
+
+
+def sweep_cold(t: Target, rng: random.Random, per_word: float) -> tuple[list[int], SpecCounters]:
+    """Lone short streams, one at a time: their chunk counts and the spec counters' change."""
+    before = read_spec(t)
+    chunks = []
+    for _ in range(COLD_STREAMS):
+        _, arrivals, _ = stream_once(t, _prompt(rng, int(64 / per_word)), COLD_TOKENS)
+        chunks.append(len(arrivals))
+    return chunks, read_spec(t).minus(before)
 
 
 def read_spec(t: Target) -> SpecCounters:
@@ -297,12 +328,23 @@ def calibrate(url: str, seed: int = 0, given: Sequence[str] = ()) -> dict:
     rng = random.Random(seed)
     _, _, probe = stream_once(t, _prompt(rng, 200), 1)
     per_word = max(probe, 1) / 201.0
-    before = read_spec(t)
     prefill = sweep_prefill(t, rng, per_word)
-    measured = sweep_decode(t, rng, per_word)
+    before = read_spec(t)
+    chunks: list[int] = []
+    measured = sweep_decode(t, rng, per_word, chunks)
     delta = read_spec(t).minus(before)
     burst_tokens, burst_ms = sweep_burst(t, rng, per_word)
-    spec = fit_acceptance(delta)
+    long_steps = decode_steps_seen(chunks, delta)
+    spec = fit_acceptance(delta, long_steps)
+    cold_chunks, cold = sweep_cold(t, rng, per_word)
+    if spec is not None and chunks and cold_chunks:
+        spec["spec_cold_steps"], spec["spec_propose_rate"] = fit_cold(
+            (
+                decode_steps_seen(cold_chunks, cold) / len(cold_chunks),
+                cold.drafts / len(cold_chunks),
+            ),
+            (long_steps / len(chunks), delta.drafts / len(chunks)),
+        )
     # the median step of a stream carries drafts when the proposer drafts on most steps
     drafts = 0
     if spec is not None and float(spec["spec_propose_rate"]) >= 0.5:
@@ -360,6 +402,12 @@ def calibrate(url: str, seed: int = 0, given: Sequence[str] = ()) -> dict:
                 "accepted_per_pos": delta.accepted_per_pos,
                 "generation_tokens": delta.generation_tokens,
                 "requests": delta.requests,
+                "decode_steps_seen": long_steps,
+                "cold_streams": {
+                    "tokens": COLD_TOKENS,
+                    "chunks": cold_chunks,
+                    "drafts": cold.drafts,
+                },
                 "decode_sample_drafts": drafts,
             },
         },

@@ -72,6 +72,9 @@ class SimConfig:
     spec_accept_rep_gain: float = 0.4  # extra acceptance for fully repetitive content
     spec_metrics: str = "summary"  # none | summary | detailed (per-request object)
     spec_propose_rate: float = 1.0  # share of decode steps the proposer has drafts for
+    # a request's first decode steps without drafts (an n-gram proposer finds no match
+    # before the answer repeats itself); spec_propose_rate applies after them
+    spec_cold_steps: int = 0
     # measured conditional acceptance per draft position, comma-separated ("0.9,0.8,0.7"),
     # from a server's vllm:spec_decode_* counters (`agentload sim calibrate`); when set it
     # replaces spec_accept_base and the content model (spec_accept_rep_gain)
@@ -166,6 +169,8 @@ class SimConfig:
                 "without chunked prefill max_num_batched_tokens must be >= max_model_len "
                 "(vLLM's rule: a whole prompt must fit one step)"
             )
+        if self.spec_cold_steps < 0:
+            problems.append("spec_cold_steps must be >= 0")
         if self.long_prefill_token_threshold < 0:
             problems.append("long_prefill_token_threshold must be >= 0")
         if self.instance_seed < 0:

@@ -78,6 +78,7 @@ class EngineRequest:
     prefill_len: int = 0  # tokens to compute before the next sample (grows on preemption)
     num_output: int = 0
     pending_drafts: int = 0  # drafts proposed for the next decode step
+    decode_steps: int = 0  # decode steps run so far (the proposer is cold for the first ones)
     cached_tokens: int = -1  # prefix-cache hit at first admission
     num_preemptions: int = 0
     blocks: list[BlockEntry] = field(default_factory=list)
@@ -397,6 +398,7 @@ class Engine:
                 new = 1
             else:
                 drafts = n - 1
+                req.decode_steps += 1
                 shape.add(before, n, prefill=False, drafts=drafts)
                 accepted = self._speculate(req, drafts) if drafts else 0
                 new = 1 + accepted
@@ -413,6 +415,8 @@ class Engine:
         """Drafts for the next decode step (an n-gram proposer finds none without a match)."""
         if not (self.k and req.spec_enabled) or req.num_output >= req.output_len:
             return 0
+        if req.decode_steps < self.cfg.spec_cold_steps:
+            return 0  # no match yet: the answer has not repeated itself
         rate = self.cfg.spec_propose_rate
         if rate < 1.0 and self._rng.random() >= rate:
             return 0

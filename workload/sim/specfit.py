@@ -11,9 +11,14 @@ differences give what the simulator's engine draws from:
   the product ``a_0 ... a_i`` is ``acc_i / drafts``, so the twin's accepted tokens per draft
   step (``sum_i acc_i / drafts``) and its per-position counters match the server's; a draft
   the proposer made shorter than k counts as rejected at the positions it lacks;
-- the proposer's hit rate: the share of decode steps that carried drafts. Every generated
-  token is either a request's first (sampled by its prefill), the one sampled by a decode
-  step, or an accepted draft, so decode steps = generation tokens - requests - accepted.
+- the proposer's hit rate: the share of decode steps that carried drafts. The decode steps
+  are best counted by the client (one chunk per step: chunks - 1 per stream); the counters
+  alone undercount them, since vLLM counts the drafts its sampler accepted past a request's
+  `max_tokens` (vllm/v1/core/sched/scheduler.py `update_from_output`: the spec stats come
+  before the output is cut at the stop), while `vllm:generation_tokens` counts only those
+  delivered: a 48-token request of the test server reported 34 accepted drafts in 12 draft
+  steps and 3 steps without drafts, of which generation - requests - accepted sees 1.
+  Without a client count that formula is the fallback.
 """
 
 from __future__ import annotations
@@ -78,8 +83,13 @@ def read_counters(text: str) -> SpecCounters:
     return out
 
 
-def fit_acceptance(delta: SpecCounters) -> dict[str, float | int | str] | None:
+def fit_acceptance(
+    delta: SpecCounters, decode_steps: float | None = None
+) -> dict[str, float | int | str] | None:
     """Simulator settings for the drafts of a sweep (counter changes); None if none drafted.
+
+    `decode_steps` is the sweep's decode steps as the client counted them (chunks after the
+    first), else they are inferred from the counters (an undercount, see the module doc).
 
     Returns spec_k (the positions the server counts), spec_accept_by_pos, spec_accept_base
     (accepted / draft tokens, for reference), spec_accept_rep_gain 0 (the content model has no
@@ -92,7 +102,8 @@ def fit_acceptance(delta: SpecCounters) -> dict[str, float | int | str] | None:
     for acc in delta.accepted_per_pos:
         rates.append(min(1.0, max(0.0, acc / prev)) if prev > 0 else 0.0)
         prev = acc
-    decode_steps = delta.generation_tokens - delta.requests - delta.accepted
+    if decode_steps is None:
+        decode_steps = delta.generation_tokens - delta.requests - delta.accepted
     propose = delta.drafts / decode_steps if decode_steps > 0 else 1.0
     return {
         "spec_k": len(delta.accepted_per_pos),
@@ -103,3 +114,23 @@ def fit_acceptance(delta: SpecCounters) -> dict[str, float | int | str] | None:
         "spec_accept_rep_gain": 0.0,
         "spec_propose_rate": round(min(1.0, max(0.0, propose)), 4),
     }
+
+
+def fit_cold(short: tuple[float, float], long: tuple[float, float]) -> tuple[int, float]:
+    """(spec_cold_steps, spec_propose_rate) from two stream lengths' (decode steps, drafts)
+    per stream.
+
+    A proposer cold for a request's first N decode steps and drafting at rate p after them
+    leaves U = N p + (1 - p) S decode steps without drafts in a stream of S steps: an
+    n-gram proposer (vLLM's `ngram`, prompt lookup) finds no match until the answer repeats
+    itself, so U hardly grows with S, while a proposer that misses at random gives U
+    proportional to S. Two lengths separate the two.
+    """
+    (s1, d1), (s2, d2) = short, long
+    u1, u2 = max(0.0, s1 - d1), max(0.0, s2 - d2)
+    if s2 - s1 <= 0:
+        return 0, round(min(1.0, d2 / s2), 4) if s2 > 0 else 1.0
+    miss = min(1.0, max(0.0, (u2 - u1) / (s2 - s1)))
+    p = 1.0 - miss
+    cold = (u1 - miss * s1) / p if p > 0 else 0.0
+    return max(0, round(cold)), round(p, 4)
