@@ -1,7 +1,8 @@
 """Fidelity of a calibrated simulator twin: the same held-out load against a server and its twin.
 
     python bench/bench_twin.py --host http://127.0.0.1:PORT --twin twin.yaml [--seconds 20]
-        [--runs N] [--noise]
+        [--runs N] [--noise] [--self]
+    python bench/bench_twin.py --host http://127.0.0.1:PORT --recalibrate KEY=VALUE,... --runs N
 
 The twin is `python -m workload.sim --preset-file twin.yaml` in a child process. The load is
 not the calibration sweep: closed-loop streams of 300-token prompts (each side's word count
@@ -12,7 +13,9 @@ the gap between content chunks (one per engine step; a step's accepted drafts sh
 the chunk counts per request of both are printed too. The twin runs without instance noise
 unless --noise; each run prints the host's load average before and after it. --self compares
 the server with a second pass of the same load on itself instead of the twin: the server's
-own repeatability, the floor under any twin's error on the same host.
+own repeatability, the floor under any twin's error on the same host. --recalibrate fits a
+fresh twin just before each run (settings after it are given to the calibration, as
+`agentload sim calibrate --set` takes them), for a host whose speed drifts over minutes.
 Loopback only; every request has a timeout; each level runs a bounded number of requests.
 """
 
@@ -23,10 +26,13 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from workload.sim.calibrate import Target, discover, stream_once
+import yaml
+
+from workload.sim.calibrate import Target, calibrate, discover, stream_once
 
 LEVELS = (("light", 1), ("knee", 4), ("overload", 12))
 TARGET = 0.15
@@ -128,34 +134,57 @@ def main() -> int:
     """Run every level against the server and the twin, `--runs` times; print the tables."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--host", required=True)
-    p.add_argument("--twin", required=True)
+    p.add_argument("--twin", help="preset file of the twin (else --recalibrate)")
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--runs", type=int, default=1, help="repeat the whole comparison N times")
     p.add_argument("--noise", action="store_true", help="instance noise on in the twin")
     p.add_argument("--self", action="store_true", help="the server against a second pass on itself")
+    p.add_argument(
+        "--recalibrate",
+        metavar="KEY=VALUE,...",
+        nargs="?",
+        const="",
+        help="calibrate the server just before each run (a host whose speed drifts over "
+        "minutes); optional comma-separated settings given to the calibration",
+    )
     args = p.parse_args()
-    proc, twin_url = start_twin(args.twin, args.noise)
+    if args.twin is None and args.recalibrate is None:
+        p.error("give --twin FILE or --recalibrate")
+    given = [x for x in (args.recalibrate or "").split(",") if x]
+    with tempfile.TemporaryDirectory(prefix="bench-twin-") as tmp:
+        for run in range(args.runs):
+            path = args.twin
+            if args.recalibrate is not None:
+                path = os.path.join(tmp, f"twin{run}.yaml")
+                with open(path, "w", encoding="utf-8") as fh:
+                    yaml.safe_dump(calibrate(args.host, run, given), fh, sort_keys=False)
+            one_run(args, path, run)
+    return 0
+
+
+def one_run(args: argparse.Namespace, path: str, run: int) -> None:
+    """One comparison at every level; prints its table."""
+    proc, twin_url = start_twin(path, args.noise)
     other = args.host if args.self else twin_url
     try:
-        for run in range(args.runs):
-            before = os.getloadavg()[0]
-            real: dict[str, dict[str, list[float]]] = {}
-            twin: dict[str, dict[str, list[float]]] = {}
-            for name, users in LEVELS:
-                real[name] = load(args.host, users, args.seconds, 1 + run)
-                twin[name] = load(other, users, args.seconds, 1 + run)
-            what = "server again" if args.self else "twin"
-            print(
-                f"run {run + 1}/{args.runs}: {what}; twin instance noise "
-                f"{'on' if args.noise else 'off'}"
-                f", load average {before:.1f} -> {os.getloadavg()[0]:.1f}"
-            )
-            table(real, twin, "again" if args.self else "twin")
-            sys.stdout.flush()
+        before = os.getloadavg()[0]
+        real: dict[str, dict[str, list[float]]] = {}
+        twin: dict[str, dict[str, list[float]]] = {}
+        for name, users in LEVELS:
+            real[name] = load(args.host, users, args.seconds, 1 + run)
+            twin[name] = load(other, users, args.seconds, 1 + run)
+        what = "server again" if args.self else "twin"
+        fresh = ", calibrated just before" if args.recalibrate is not None else ""
+        print(
+            f"run {run + 1}/{args.runs}: {what}{fresh}; twin instance noise "
+            f"{'on' if args.noise else 'off'}"
+            f", load average {before:.1f} -> {os.getloadavg()[0]:.1f}"
+        )
+        table(real, twin, "again" if args.self else "twin")
+        sys.stdout.flush()
     finally:
         proc.terminate()
         proc.wait(10)
-    return 0
 
 
 if __name__ == "__main__":

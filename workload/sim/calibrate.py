@@ -317,6 +317,42 @@ def prefix_caching_on(t: Target, rng: random.Random, per_word: float) -> bool:
     return second < 0.5 * first
 
 
+def sweep_speculation(
+    t: Target, rng: random.Random, per_word: float
+) -> tuple[list[tuple[int, int, float]], dict[str, float | int | str] | None, dict]:
+    """The decode sweep and the short cold streams, with the spec counters around each:
+    (decode measurements, spec settings or None, what they came from)."""
+    before = read_spec(t)
+    chunks: list[int] = []
+    measured = sweep_decode(t, rng, per_word, chunks)
+    delta = read_spec(t).minus(before)
+    long_steps = decode_steps_seen(chunks, delta)
+    spec = fit_acceptance(delta, long_steps)
+    cold_chunks, cold = sweep_cold(t, rng, per_word)
+    if spec is not None and chunks and cold_chunks:
+        spec["spec_cold_steps"], spec["spec_propose_rate"] = fit_cold(
+            (
+                decode_steps_seen(cold_chunks, cold) / len(cold_chunks),
+                cold.drafts / len(cold_chunks),
+            ),
+            (long_steps / len(chunks), delta.drafts / len(chunks)),
+        )
+    source = {
+        "counters": "vllm:spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens, "
+        "_num_accepted_tokens_per_pos, vllm:generation_tokens, vllm:request_success "
+        "(changes over the decode sweep)",
+        "drafts": delta.drafts,
+        "draft_tokens": delta.draft_tokens,
+        "accepted": delta.accepted,
+        "accepted_per_pos": delta.accepted_per_pos,
+        "generation_tokens": delta.generation_tokens,
+        "requests": delta.requests,
+        "decode_steps_seen": long_steps,
+        "cold_streams": {"tokens": COLD_TOKENS, "chunks": cold_chunks, "drafts": cold.drafts},
+    }
+    return measured, spec, source
+
+
 def calibrate(url: str, seed: int = 0, given: Sequence[str] = ()) -> dict:
     """Run the sweep against `url` and return the preset document.
 
@@ -329,22 +365,8 @@ def calibrate(url: str, seed: int = 0, given: Sequence[str] = ()) -> dict:
     _, _, probe = stream_once(t, _prompt(rng, 200), 1)
     per_word = max(probe, 1) / 201.0
     prefill = sweep_prefill(t, rng, per_word)
-    before = read_spec(t)
-    chunks: list[int] = []
-    measured = sweep_decode(t, rng, per_word, chunks)
-    delta = read_spec(t).minus(before)
+    measured, spec, spec_source = sweep_speculation(t, rng, per_word)
     burst_tokens, burst_ms = sweep_burst(t, rng, per_word)
-    long_steps = decode_steps_seen(chunks, delta)
-    spec = fit_acceptance(delta, long_steps)
-    cold_chunks, cold = sweep_cold(t, rng, per_word)
-    if spec is not None and chunks and cold_chunks:
-        spec["spec_cold_steps"], spec["spec_propose_rate"] = fit_cold(
-            (
-                decode_steps_seen(cold_chunks, cold) / len(cold_chunks),
-                cold.drafts / len(cold_chunks),
-            ),
-            (long_steps / len(chunks), delta.drafts / len(chunks)),
-        )
     # the median step of a stream carries drafts when the proposer drafts on most steps
     drafts = 0
     if spec is not None and float(spec["spec_propose_rate"]) >= 0.5:
@@ -392,24 +414,7 @@ def calibrate(url: str, seed: int = 0, given: Sequence[str] = ()) -> dict:
             "burst": {"requests": BURST, "prompt_tokens": burst_tokens, "ttft_ms_mean": burst_ms},
             "measured_ms_p50": round(float(np.median([s.ms for s in samples])), 3),
             "residual_ms_p50_abs": round(float(np.median(np.abs(residual))), 3),
-            "spec_decode": {
-                "counters": "vllm:spec_decode_num_drafts, _num_draft_tokens, "
-                "_num_accepted_tokens, _num_accepted_tokens_per_pos, vllm:generation_tokens, "
-                "vllm:request_success (changes over the sweep)",
-                "drafts": delta.drafts,
-                "draft_tokens": delta.draft_tokens,
-                "accepted": delta.accepted,
-                "accepted_per_pos": delta.accepted_per_pos,
-                "generation_tokens": delta.generation_tokens,
-                "requests": delta.requests,
-                "decode_steps_seen": long_steps,
-                "cold_streams": {
-                    "tokens": COLD_TOKENS,
-                    "chunks": cold_chunks,
-                    "drafts": cold.drafts,
-                },
-                "decode_sample_drafts": drafts,
-            },
+            "spec_decode": dict(spec_source, decode_sample_drafts=drafts),
         },
         "settings": settings,
     }
