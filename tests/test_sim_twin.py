@@ -115,9 +115,7 @@ def test_measured_rates_come_back_from_the_twins_own_counters():
 
 
 def _metrics(eng: Engine) -> str:
-    return render(
-        eng.stats, labels='engine="0"', running=0, waiting=0, kv_usage=0.0, cache_info={}
-    )
+    return render(eng.stats, labels='engine="0"', running=0, waiting=0, kv_usage=0.0, cache_info={})
 
 
 def test_a_cold_proposer_drafts_nothing_for_a_requests_first_decode_steps():
