@@ -22,7 +22,7 @@ One `Engine.step(now)` is one forward pass, planned the way vLLM's V1 scheduler 
 
 Requests reach the scheduler through the API server first (`api_ms_per_request`, served
 one at a time as vLLM's single API process does, so a burst of arrivals queues there; then
-`api_latency_ms`, a delay that overlaps other requests').
+`api_latency_ms`, a delay that overlaps other requests).
 All timestamps are the step's end (`now + duration`): a driver that sleeps until then
 delivers tokens when the real engine would have produced them.
 
