@@ -26,3 +26,9 @@ def test_calibrating_the_real_server_yields_a_servable_twin(vllm_server) -> None
     assert all(got[name] >= 0 for name in ("step_overhead_ms", "decode_ms_per_seq"))
     cfg = build_config("default", file_settings=(doc["name"], got))
     assert cfg.max_model_len == 8192
+    # n-gram speculation with k=3 (tests/vllm/server.py): the counters name three positions,
+    # and this tiny model's answers repeat, so nearly every draft is accepted (each position
+    # over 0.9 on the test server) once its proposer has warmed up (3 cold steps seen)
+    assert got["spec_k"] == 3 and len(cfg.accept_by_pos()) == 3
+    assert src["spec_decode"]["drafts"] > 0
+    assert min(cfg.accept_by_pos()) > 0.5 and 0 < got["spec_propose_rate"] <= 1.0

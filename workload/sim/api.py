@@ -55,6 +55,7 @@ class SimApp:
         self._fault_rng = random.Random(seed * 7919 + 17)
         self._faults = sorted(self.cfg.faults.items())
         self.fingerprint = self.cfg.fingerprint()
+        self._accept_by_pos = self.cfg.accept_by_pos()  # measured per-position acceptance
         self.routes = {
             ("GET", "/health"): self.health,
             ("GET", "/ping"): self.health,
@@ -238,6 +239,7 @@ class SimApp:
             priority=g.priority,
             cache_salt=g.cache_salt,
             accept_rate=min(0.97, cfg.spec_accept_base + cfg.spec_accept_rep_gain * rep),
+            accept_by_pos=self._accept_by_pos,
             spec_enabled=k > 0 and not (cfg.spec_fallback_structured and structured),
             seed=req_seed,
             detailed_spec=cfg.spec_metrics == "detailed",

@@ -35,7 +35,10 @@ import numpy as np
 import yaml
 
 from workload.errors import ArgParser, SetupError, SimConfigError, UsageError
+from workload.sim.apisplit import split_api
+from workload.sim.config import build_config, parse_assignments
 from workload.sim.costmodel import StepShape
+from workload.sim.specfit import SpecCounters, fit_acceptance, fit_cold, read_counters
 
 # The coefficients the sweep identifies, with their feature in StepShape.features() order
 # (decode_ms_base and draft_ms_per_token are not identified: pinned, see module docstring).
@@ -50,8 +53,13 @@ FITTED = (
 PREFILL_LENS = (64, 512, 1024, 2048)
 DECODE_BATCHES = (1, 2, 4, 8)
 DECODE_CONTEXTS = (32, 1024)
-REPEATS = 3
-DECODE_TOKENS = 24
+REPEATS = 5
+BURST = 8
+BURST_TOKENS = 64
+DECODE_REPEATS = 2
+DECODE_TOKENS = 64  # enough steps past the start when a step carries 1 + k tokens
+COLD_TOKENS = 16  # the short streams that tell a cold start from random misses
+COLD_STREAMS = 6
 TIMEOUT_S = 60.0
 
 
@@ -175,35 +183,110 @@ def sweep_prefill(t: Target, rng: random.Random, per_word: float) -> list[Sample
     for length in PREFILL_LENS:
         if length + 16 > t.max_model_len:
             continue
+        ttfts, tokens = [], []
         for _ in range(REPEATS):
             ttft, _, got = stream_once(t, _prompt(rng, int(length / per_word)), 1)
-            shape = StepShape()
-            shape.add(0, got, prefill=True)
-            out.append(Sample(shape, True, ttft * 1000.0))
+            ttfts.append(ttft * 1000.0)
+            tokens.append(got)
+        # the median of the repeats: one host stall must not become prefill cost
+        shape = StepShape()
+        shape.add(0, int(statistics.median(tokens)), prefill=True)
+        out.append(Sample(shape, True, statistics.median(ttfts)))
     return out
 
 
-def sweep_decode(t: Target, rng: random.Random, per_word: float) -> list[Sample]:
-    """Median chunk gap of B concurrent streams once all have started (decode-only steps)."""
+def sweep_burst(t: Target, rng: random.Random, per_word: float) -> tuple[int, float]:
+    """(prompt tokens, median over REPEATS of the mean TTFT ms) of BURST lone-token requests
+    sent together: how far the API path makes them queue (`apisplit`)."""
+    means, tokens = [], []
+    for _ in range(REPEATS):
+        texts = [_prompt(rng, int(BURST_TOKENS / per_word)) for _ in range(BURST)]
+        with ThreadPoolExecutor(max_workers=BURST) as pool:
+            results = list(pool.map(lambda x: stream_once(t, x, 1), texts))
+        means.append(1000.0 * statistics.fmean(r[0] for r in results))
+        tokens += [r[2] for r in results]
+    return int(statistics.median(tokens)), statistics.median(means)
+
+
+def sweep_decode(
+    t: Target, rng: random.Random, per_word: float, chunks: list[int] | None = None
+) -> list[tuple[int, int, float]]:
+    """(batch, prompt tokens, decode step ms) of B concurrent streams once all have started;
+    each stream's content chunk count is appended to `chunks` (one chunk per engine step).
+
+    A stream's step is its mean chunk gap between its fourth and its third-last chunk (the
+    first steps can carry other streams' prefill): the mean, not the median, because a
+    server whose API process falls behind its engine sends several steps' chunks back to
+    back after one long gap, which keeps the sum of the gaps but not their median. The
+    sample is the median over the streams of DECODE_REPEATS runs. What the step carried (one
+    token per sequence, or one plus the drafts it verified) is decided by `decode_samples`.
+    """
     out = []
     for ctx in DECODE_CONTEXTS:
         if ctx + DECODE_TOKENS + 16 > t.max_model_len:
             continue
         for batch in DECODE_BATCHES:
-            texts = [_prompt(rng, int(ctx / per_word)) for _ in range(batch)]
-            with ThreadPoolExecutor(max_workers=batch) as pool:
-                results = list(pool.map(lambda x: stream_once(t, x, DECODE_TOKENS), texts))
-            gaps = []
-            for _, arrivals, _ in results:
-                gaps += [b - a for a, b in zip(arrivals[3:-3], arrivals[4:-2], strict=True)]
-            if not gaps:
+            steps = []
+            for _ in range(DECODE_REPEATS):
+                texts = [_prompt(rng, int(ctx / per_word)) for _ in range(batch)]
+                with ThreadPoolExecutor(max_workers=batch) as pool:
+                    results = list(pool.map(lambda x: stream_once(t, x, DECODE_TOKENS), texts))
+                for _, arrivals, _ in results:
+                    if chunks is not None:
+                        chunks.append(len(arrivals))
+                    window = arrivals[3:-2]
+                    if len(window) >= 2:
+                        steps.append((window[-1] - window[0]) / (len(window) - 1))
+            if not steps:
                 continue
             prompt = int(statistics.median(r[2] for r in results))
-            shape = StepShape()
-            for _ in range(batch):
-                shape.add(prompt + DECODE_TOKENS // 2, 1, prefill=False)
-            out.append(Sample(shape, False, statistics.median(gaps) * 1000.0))
+            out.append((batch, prompt, statistics.median(steps) * 1000.0))
     return out
+
+
+def decode_samples(measured: list[tuple[int, int, float]], drafts: int) -> list[Sample]:
+    """Decode steps of a known shape: each of B sequences verifies `drafts` draft tokens
+    (0 without speculation), so it computes 1 + drafts tokens over its context."""
+    out = []
+    for batch, prompt, ms in measured:
+        shape = StepShape()
+        for _ in range(batch):
+            shape.add(prompt + DECODE_TOKENS // 2, 1 + drafts, prefill=False, drafts=drafts)
+        out.append(Sample(shape, False, ms))
+    return out
+
+
+def decode_steps_seen(chunks: list[int], delta: SpecCounters) -> float:
+    """The decode sweep's decode steps: every content chunk after a stream's first is one.
+
+    Both counts at hand are lower bounds: chunks merge when the API process falls behind
+    (two steps, one chunk), and the counters' generation - requests - accepted misses the
+    drafts accepted past max_tokens. Every stream asks for the same DECODE_TOKENS, so the
+    median stream's chunks stand for each (a merge hits few), and the larger bound wins.
+    """
+    if not chunks:
+        return 0.0
+    seen = (statistics.median(chunks) - 1) * len(chunks)
+    return float(max(seen, delta.generation_tokens - delta.requests - delta.accepted))
+
+
+def sweep_cold(t: Target, rng: random.Random, per_word: float) -> tuple[list[int], SpecCounters]:
+    """Lone short streams, one at a time: their chunk counts and the spec counters' change."""
+    before = read_spec(t)
+    chunks = []
+    for _ in range(COLD_STREAMS):
+        _, arrivals, _ = stream_once(t, _prompt(rng, int(64 / per_word)), COLD_TOKENS)
+        chunks.append(len(arrivals))
+    return chunks, read_spec(t).minus(before)
+
+
+def read_spec(t: Target) -> SpecCounters:
+    """The server's spec-decode counters now (all zero where /metrics has none)."""
+    try:
+        status, text = _get(t.host, t.port, "/metrics")
+    except OSError:
+        return SpecCounters()
+    return read_counters(text) if status == 200 else SpecCounters()
 
 
 def fit(samples: Sequence[Sample]) -> dict[str, float]:
@@ -234,18 +317,70 @@ def prefix_caching_on(t: Target, rng: random.Random, per_word: float) -> bool:
     return second < 0.5 * first
 
 
-def calibrate(url: str, seed: int = 0) -> dict:
-    """Run the sweep against `url` and return the preset document."""
+def sweep_speculation(
+    t: Target, rng: random.Random, per_word: float
+) -> tuple[list[tuple[int, int, float]], dict[str, float | int | str] | None, dict]:
+    """The decode sweep and the short cold streams, with the spec counters around each:
+    (decode measurements, spec settings or None, what they came from)."""
+    before = read_spec(t)
+    chunks: list[int] = []
+    measured = sweep_decode(t, rng, per_word, chunks)
+    delta = read_spec(t).minus(before)
+    long_steps = decode_steps_seen(chunks, delta)
+    spec = fit_acceptance(delta, long_steps)
+    cold_chunks, cold = sweep_cold(t, rng, per_word)
+    if spec is not None and chunks and cold_chunks:
+        spec["spec_cold_steps"], spec["spec_propose_rate"] = fit_cold(
+            (
+                decode_steps_seen(cold_chunks, cold) / len(cold_chunks),
+                cold.drafts / len(cold_chunks),
+            ),
+            (long_steps / len(chunks), delta.drafts / len(chunks)),
+        )
+    source = {
+        "counters": "vllm:spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens, "
+        "_num_accepted_tokens_per_pos, vllm:generation_tokens, vllm:request_success "
+        "(changes over the decode sweep)",
+        "drafts": delta.drafts,
+        "draft_tokens": delta.draft_tokens,
+        "accepted": delta.accepted,
+        "accepted_per_pos": delta.accepted_per_pos,
+        "generation_tokens": delta.generation_tokens,
+        "requests": delta.requests,
+        "decode_steps_seen": long_steps,
+        "cold_streams": {"tokens": COLD_TOKENS, "chunks": cold_chunks, "drafts": cold.drafts},
+    }
+    return measured, spec, source
+
+
+def calibrate(url: str, seed: int = 0, given: Sequence[str] = ()) -> dict:
+    """Run the sweep against `url` and return the preset document.
+
+    `given` are KEY=VALUE settings the operator knows and the server does not show (say
+    `max_num_batched_tokens=2048` from its start-up log); they win over what was read and
+    are recorded under `source.given`.
+    """
     t = discover(url)
     rng = random.Random(seed)
     _, _, probe = stream_once(t, _prompt(rng, 200), 1)
     per_word = max(probe, 1) / 201.0
-    samples = sweep_prefill(t, rng, per_word) + sweep_decode(t, rng, per_word)
+    prefill = sweep_prefill(t, rng, per_word)
+    measured, spec, spec_source = sweep_speculation(t, rng, per_word)
+    burst_tokens, burst_ms = sweep_burst(t, rng, per_word)
+    # the median step of a stream carries drafts when the proposer drafts on most steps
+    drafts = 0
+    if spec is not None and float(spec["spec_propose_rate"]) >= 0.5:
+        drafts = int(spec["spec_k"])
+    samples = prefill + decode_samples(measured, drafts)
     if len(samples) < len(FITTED) + 2:
         raise UsageError(f"max_model_len {t.max_model_len} leaves too few sweep points to fit")
     coef = fit(samples)
     settings: dict[str, object] = dict(coef)
     settings["decode_ms_base"] = 0.0
+    # draft verification is inside decode_ms_per_seq and the attention terms: every decode
+    # step of the sweep verified the same k drafts, so a per-draft cost cannot be split off
+    settings["draft_ms_per_token"] = 0.0
+    settings.update(spec if spec is not None else {"spec_k": 0})
     settings["max_model_len"] = t.max_model_len
     settings["model"] = t.model
     shown = t.info.get("enable_prefix_caching")
@@ -257,6 +392,13 @@ def calibrate(url: str, seed: int = 0) -> dict:
     for key in ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens"):
         if t.info.get(key, "None").isdigit():
             settings[key] = int(t.info[key])
+    known = dict(parse_assignments(list(given), "--set"))
+    settings.update(known)
+    # the fitted API constant, split into a serial and an overlapping part by the burst
+    cfg = build_config("default", file_settings=("calibrating", settings))
+    settings.update((key, getattr(cfg, key)) for key in known)  # typed, as the twin reads them
+    serial, overlap = split_api(cfg, coef["api_ms_per_request"], BURST, burst_tokens, burst_ms)
+    settings["api_ms_per_request"], settings["api_latency_ms"] = serial, overlap
     residual = [round(s.ms - predict(coef, s), 3) for s in samples]
     return {
         "name": f"calibrated-{t.model.replace('/', '-')}",
@@ -267,9 +409,12 @@ def calibrate(url: str, seed: int = 0) -> dict:
             "version": t.info.get("version", ""),
             "flags": {k: v for k, v in t.info.items() if k != "version"},
             "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "given": known,
             "samples": len(samples),
+            "burst": {"requests": BURST, "prompt_tokens": burst_tokens, "ttft_ms_mean": burst_ms},
             "measured_ms_p50": round(float(np.median([s.ms for s in samples])), 3),
             "residual_ms_p50_abs": round(float(np.median(np.abs(residual))), 3),
+            "spec_decode": dict(spec_source, decode_sample_drafts=drafts),
         },
         "settings": settings,
     }
@@ -292,8 +437,16 @@ def main_calibrate(argv: list[str]) -> int:
     )
     p.add_argument("-o", "--output", required=True, help="preset file to write (YAML)")
     p.add_argument("--seed", type=int, default=0, help="seed for the prompts")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting the server does not expose, as you know it (repeatable), e.g. "
+        "max_num_batched_tokens=2048; recorded in the file as given",
+    )
     args = p.parse_args(argv)
-    doc = calibrate(args.host, args.seed)
+    doc = calibrate(args.host, args.seed, args.set)
     try:
         with open(args.output, "w", encoding="utf-8") as fh:
             yaml.safe_dump(doc, fh, sort_keys=False)

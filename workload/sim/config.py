@@ -42,6 +42,7 @@ class SimConfig:
     long_prefill_token_threshold: int = 0  # cap per prefill chunk when >1 request (0 = none)
     async_scheduling: bool = False  # host work overlaps the device: step = max(host, device)
     api_ms_per_request: float = 0.0  # API-server time per request, served one at a time
+    api_latency_ms: float = 0.0  # further API-path delay per request that overlaps others
     scheduling_policy: str = "priority"
     # KV cache
     block_size: int = 16
@@ -71,6 +72,13 @@ class SimConfig:
     spec_accept_rep_gain: float = 0.4  # extra acceptance for fully repetitive content
     spec_metrics: str = "summary"  # none | summary | detailed (per-request object)
     spec_propose_rate: float = 1.0  # share of decode steps the proposer has drafts for
+    # a request's first decode steps without drafts (an n-gram proposer finds no match
+    # before the answer repeats itself); spec_propose_rate applies after them
+    spec_cold_steps: int = 0
+    # measured conditional acceptance per draft position, comma-separated ("0.9,0.8,0.7"),
+    # from a server's vllm:spec_decode_* counters (`agentload sim calibrate`); when set it
+    # replaces spec_accept_base and the content model (spec_accept_rep_gain)
+    spec_accept_by_pos: str = ""
     spec_fallback_structured: bool = False  # V2 runner: no drafts for structured outputs
     # API features (vLLM flags)
     enable_prompt_tokens_details: bool = True
@@ -113,6 +121,16 @@ class SimConfig:
         )
         return f"vllm-{self.version}-{hashlib.sha256(repr(ident).encode()).hexdigest()[:8]}"
 
+    def accept_by_pos(self) -> tuple[float, ...]:
+        """spec_accept_by_pos as numbers (empty when unset); ValueError on a bad one."""
+        text = self.spec_accept_by_pos.strip()
+        if not text:
+            return ()
+        out = tuple(float(x) for x in text.split(","))
+        if not all(math.isfinite(a) for a in out):
+            raise ValueError(text)
+        return out
+
     def validate(self) -> None:
         """Raise SimConfigError on values the engine cannot run with."""
         problems = []
@@ -140,11 +158,19 @@ class SimConfig:
         ):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 problems.append(f"{name} must be in [0, 1]")
+        try:
+            by_pos = self.accept_by_pos()
+        except ValueError:
+            by_pos = (-1.0,)
+        if len(by_pos) > 16 or not all(0.0 <= a <= 1.0 for a in by_pos):
+            problems.append("spec_accept_by_pos must be up to 16 comma-separated numbers in [0, 1]")
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             problems.append(
                 "without chunked prefill max_num_batched_tokens must be >= max_model_len "
                 "(vLLM's rule: a whole prompt must fit one step)"
             )
+        if self.spec_cold_steps < 0:
+            problems.append("spec_cold_steps must be >= 0")
         if self.long_prefill_token_threshold < 0:
             problems.append("long_prefill_token_threshold must be >= 0")
         if self.instance_seed < 0:
@@ -158,6 +184,7 @@ class SimConfig:
             "attn_ms_per_mpair",
             "draft_ms_per_token",
             "api_ms_per_request",
+            "api_latency_ms",
             "noise_instance_sigma",
             "noise_drift_sigma",
             "noise_step_sigma",

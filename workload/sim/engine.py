@@ -21,7 +21,8 @@ One `Engine.step(now)` is one forward pass, planned the way vLLM's V1 scheduler 
 4. **Cost**: the step's shape costs `costmodel.step_cost_ms`, then instance noise applies.
 
 Requests reach the scheduler through the API server first (`api_ms_per_request`, served
-one at a time as vLLM's single API process does), so a burst of arrivals queues there.
+one at a time as vLLM's single API process does, so a burst of arrivals queues there; then
+`api_latency_ms`, a delay that overlaps other requests).
 All timestamps are the step's end (`now + duration`): a driver that sleeps until then
 delivers tokens when the real engine would have produced them.
 
@@ -62,6 +63,9 @@ class EngineRequest:
     priority: int = 0
     cache_salt: str | None = None
     accept_rate: float = 0.0  # per-draft acceptance probability
+    # measured conditional acceptance per draft position (position i accepted given i-1 was);
+    # when set it replaces accept_rate, the last value standing for later positions
+    accept_by_pos: tuple[float, ...] = ()
     spec_enabled: bool = True
     seed: int = 0
     detailed_spec: bool = False
@@ -74,6 +78,7 @@ class EngineRequest:
     prefill_len: int = 0  # tokens to compute before the next sample (grows on preemption)
     num_output: int = 0
     pending_drafts: int = 0  # drafts proposed for the next decode step
+    decode_steps: int = 0  # decode steps run so far (the proposer is cold for the first ones)
     cached_tokens: int = -1  # prefix-cache hit at first admission
     num_preemptions: int = 0
     blocks: list[BlockEntry] = field(default_factory=list)
@@ -198,12 +203,14 @@ class Engine:
         req.spec_hist = [0] * (self.k + 1)
         self.stats.prompt_tokens += req.prompt_len
         api_s = cfg.api_ms_per_request * cfg.ttft_scale / 1000.0
-        if api_s <= 0.0:
+        wait_s = cfg.api_latency_ms * cfg.ttft_scale / 1000.0
+        if api_s <= 0.0 and wait_s <= 0.0:
             req.queued_time = now
             self._push_waiting(req, front=False)
             return
-        req.queued_time = max(now, self._api_free) + api_s
-        self._api_free = req.queued_time
+        # the serial part holds the API server; the latency part overlaps other requests
+        self._api_free = max(now, self._api_free) + api_s
+        req.queued_time = self._api_free + wait_s
         req.status = INGRESS
         self._num_ingress += 1
         self._ingress.append(req)
@@ -391,6 +398,7 @@ class Engine:
                 new = 1
             else:
                 drafts = n - 1
+                req.decode_steps += 1
                 shape.add(before, n, prefill=False, drafts=drafts)
                 accepted = self._speculate(req, drafts) if drafts else 0
                 new = 1 + accepted
@@ -407,6 +415,8 @@ class Engine:
         """Drafts for the next decode step (an n-gram proposer finds none without a match)."""
         if not (self.k and req.spec_enabled) or req.num_output >= req.output_len:
             return 0
+        if req.decode_steps < self.cfg.spec_cold_steps:
+            return 0  # no match yet: the answer has not repeated itself
         rate = self.cfg.spec_propose_rate
         if rate < 1.0 and self._rng.random() >= rate:
             return 0
@@ -441,8 +451,13 @@ class Engine:
         rng = req.rng
         assert rng is not None
         accepted = 0
+        by_pos = req.accept_by_pos
         rate = req.accept_rate
-        while accepted < drafts and rng.random() < rate:
+        while accepted < drafts:
+            if by_pos:
+                rate = by_pos[min(accepted, len(by_pos) - 1)]
+            if rng.random() >= rate:
+                break
             accepted += 1
         # drafts past the requested length are discarded, not counted as accepted
         accepted = min(accepted, max(0, req.output_len - req.num_output - 1))
