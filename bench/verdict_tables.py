@@ -366,15 +366,32 @@ def table_sim(campaign: str = "sim-tail") -> str:
     aa = [t for t in trials if t["kind"] == "aa"]
     tail = [t for t in trials if t["kind"] != "aa"]
     k_aa = sum(t["judged"]["verdict"] == "no detectable change" for t in aa)
+    k_nw = sum(t["judged"]["verdict"] not in FAILS for t in aa)
     k_t = sum(t["judged"]["verdict"] in FAILS for t in tail)
     lines = ["| | result (Wilson 95 %) | target |", "|---|---|---|"]
     lines.append(
         f'| A/A with instance noise, "no detectable change" | {_rate(k_aa, len(aa))} | ≥ 95 %: {_target(k_aa, len(aa), 0.95)} |'
     )
     lines.append(
+        f"| A/A with instance noise, not called worse | {_rate(k_nw, len(aa))} | ≥ 95 %: {_target(k_nw, len(aa), 0.95)} |"
+    )
+    lines.append(
         f"| `larger-batch-budget` called worse or mixed | {_rate(k_t, len(tail))} | ≥ 90 %: {_target(k_t, len(tail), 0.90)} |"
     )
-    for name in ("tpot_p95", "tpot_p90", "ttft_shift", "tpot_shift"):
+    verdicts: dict[str, int] = {}
+    for t in tail:
+        verdicts[t["judged"]["verdict"]] = verdicts.get(t["judged"]["verdict"], 0) + 1
+    if verdicts:
+        said = ", ".join(f"{v} {k}" for k, v in sorted(verdicts.items(), key=lambda x: -x[1]))
+        lines.append(f"| `larger-batch-budget` verdicts | {said} | |")
+    for name in (
+        "ttft_shift",
+        "ttft_p95",
+        "tpot_shift",
+        "tpot_p90",
+        "tpot_p95",
+        "output_throughput",
+    ):
         ch = [
             r["change"]
             for t in tail
@@ -393,6 +410,7 @@ TABLES = {
     "real-kinds": table_real,
     "spread": table_spread,
     "sim-tail": table_sim,
+    "sim-tail-quiet": lambda: table_sim("sim-tail-quiet"),
 }
 
 

@@ -87,8 +87,8 @@ class SimConfig:
     # --no-instance-noise.
     instance_noise: bool = False
     instance_seed: int = 0  # which instance this is; the traffic seed is separate
-    noise_instance_sigma: float = 0.3  # log-sd of the per-instance speed factor (mean 1)
-    noise_drift_sigma: float = 0.6  # log-sd of the slow speed drift (host load that moves)
+    noise_instance_sigma: float = 0.25  # log-sd of the per-instance speed factor (mean 1)
+    noise_drift_sigma: float = 0.5  # log-sd of the slow speed drift (host load that moves)
     noise_drift_tau_s: float = 15.0  # correlation time of the drift
     noise_step_sigma: float = 0.05  # log-sd of per-step jitter (mean 1)
     noise_stall_rate_hz: float = 0.1  # freezes per second of engine time, busy or idle
