@@ -87,7 +87,7 @@ class SimConfig:
     # --no-instance-noise.
     instance_noise: bool = False
     instance_seed: int = 0  # which instance this is; the traffic seed is separate
-    noise_instance_sigma: float = 0.25  # log-sd of the per-instance speed factor (mean 1)
+    noise_instance_sigma: float = 0.4  # log-sd of the per-instance speed factor (mean 1)
     noise_drift_sigma: float = 0.5  # log-sd of the slow speed drift (host load that moves)
     noise_drift_tau_s: float = 15.0  # correlation time of the drift
     noise_step_sigma: float = 0.05  # log-sd of per-step jitter (mean 1)
