@@ -338,6 +338,12 @@ def table_real_rates(campaign: str = "real-1") -> str:
     return "\n".join(lines)
 
 
+def table_aa_rates(campaign: str = "sim-aa") -> str:
+    """A/A rows alone (a campaign without flag differences)."""
+    keep = [ln for ln in table_real_rates(campaign).splitlines() if "flag differences" not in ln]
+    return "\n".join(keep)
+
+
 def table_spread(campaign: str = "real-1", sim: str | None = "sim-aa") -> str:
     real = [t for t in load(campaign) if t["kind"] == "aa"]
     simt = [t for t in load(sim) if t["kind"] == "aa"] if sim else []
@@ -409,6 +415,7 @@ TABLES = {
     "real-rates": table_real_rates,
     "real-kinds": table_real,
     "spread": table_spread,
+    "sim-aa-rates": table_aa_rates,
     "sim-tail": table_sim,
     "sim-tail-quiet": lambda: table_sim("sim-tail-quiet", "instance noise ÷5"),
 }
