@@ -23,7 +23,7 @@ square of its length, and a late chunk of a long prompt costs more than the firs
 Instance noise (``InstanceNoise``) makes two simulators of one preset differ the way two real
 instances do: a speed factor drawn once per instance, a slow drift of that speed (an
 Ornstein-Uhlenbeck process on log speed: host load that comes and goes), a per-step jitter,
-and occasional stalls. It draws from its own RNG seeded by the *instance* seed, never the
+and occasional freezes of the instance's clock. It draws from its own RNG seeded by the *instance* seed, never the
 traffic seed, so the same traffic meets a different instance.
 """
 
