@@ -432,7 +432,11 @@ def rewrite(text: str) -> str:
     def sub(m: re.Match[str]) -> str:
         return f"{m.group(1)}\n{render(m.group(2))}\n{m.group(3)}"
 
-    return re.sub(r"(<!-- table:([a-z0-9-]+) -->)\n.*?\n(<!-- /table -->)", sub, text, flags=re.S)
+    # (?:.*?\n)? : an empty table (the markers on two lines) is a table too, not a run to
+    # the next table's end marker
+    return re.sub(
+        r"(<!-- table:([a-z0-9-]+) -->)\n(?:.*?\n)??(<!-- /table -->)", sub, text, flags=re.S
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

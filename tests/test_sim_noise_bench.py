@@ -56,3 +56,19 @@ def test_tail_table_counts_clean_a_a_not_worse_a_a_and_detections(monkeypatch):
     assert "called worse or mixed | 1/2" in table
     assert "1 mixed, 1 better" in table or "1 better, 1 mixed" in table
     assert "tpot_p95 change (median over trials) | +40 %" in table
+
+
+def test_an_empty_table_is_filled_without_eating_the_text_up_to_the_next_one(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import verdict_tables
+
+    monkeypatch.setitem(verdict_tables.TABLES, "one", lambda: "ONE")
+    monkeypatch.setitem(verdict_tables.TABLES, "two", lambda: "TWO")
+    page = (
+        "<!-- table:one -->\n<!-- /table -->\nkeep me\n<!-- table:two -->\nold\n<!-- /table -->\n"
+    )
+    out = verdict_tables.rewrite(page)
+    assert out == (
+        "<!-- table:one -->\nONE\n<!-- /table -->\nkeep me\n"
+        "<!-- table:two -->\nTWO\n<!-- /table -->\n"
+    )
