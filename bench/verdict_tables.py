@@ -338,6 +338,12 @@ def table_real_rates(campaign: str = "real-1") -> str:
     return "\n".join(lines)
 
 
+def table_aa_rates(campaign: str = "sim-aa") -> str:
+    """A/A rows alone (a campaign without flag differences)."""
+    keep = [ln for ln in table_real_rates(campaign).splitlines() if "flag differences" not in ln]
+    return "\n".join(keep)
+
+
 def table_spread(campaign: str = "real-1", sim: str | None = "sim-aa") -> str:
     real = [t for t in load(campaign) if t["kind"] == "aa"]
     simt = [t for t in load(sim) if t["kind"] == "aa"] if sim else []
@@ -361,20 +367,37 @@ def table_spread(campaign: str = "real-1", sim: str | None = "sim-aa") -> str:
     return "\n".join(lines)
 
 
-def table_sim(campaign: str = "sim-tail") -> str:
+def table_sim(campaign: str = "sim-tail", noise: str = "instance noise") -> str:
     trials = load(campaign)
     aa = [t for t in trials if t["kind"] == "aa"]
     tail = [t for t in trials if t["kind"] != "aa"]
     k_aa = sum(t["judged"]["verdict"] == "no detectable change" for t in aa)
+    k_nw = sum(t["judged"]["verdict"] not in FAILS for t in aa)
     k_t = sum(t["judged"]["verdict"] in FAILS for t in tail)
     lines = ["| | result (Wilson 95 %) | target |", "|---|---|---|"]
     lines.append(
-        f'| A/A with instance noise, "no detectable change" | {_rate(k_aa, len(aa))} | ≥ 95 %: {_target(k_aa, len(aa), 0.95)} |'
+        f'| A/A with {noise}, "no detectable change" | {_rate(k_aa, len(aa))} | ≥ 95 %: {_target(k_aa, len(aa), 0.95)} |'
+    )
+    lines.append(
+        f"| A/A with {noise}, not called worse | {_rate(k_nw, len(aa))} | ≥ 95 %: {_target(k_nw, len(aa), 0.95)} |"
     )
     lines.append(
         f"| `larger-batch-budget` called worse or mixed | {_rate(k_t, len(tail))} | ≥ 90 %: {_target(k_t, len(tail), 0.90)} |"
     )
-    for name in ("tpot_p95", "tpot_p90", "ttft_shift", "tpot_shift"):
+    verdicts: dict[str, int] = {}
+    for t in tail:
+        verdicts[t["judged"]["verdict"]] = verdicts.get(t["judged"]["verdict"], 0) + 1
+    if verdicts:
+        said = ", ".join(f"{v} {k}" for k, v in sorted(verdicts.items(), key=lambda x: -x[1]))
+        lines.append(f"| `larger-batch-budget` verdicts | {said} | |")
+    for name in (
+        "ttft_shift",
+        "ttft_p95",
+        "tpot_shift",
+        "tpot_p90",
+        "tpot_p95",
+        "output_throughput",
+    ):
         ch = [
             r["change"]
             for t in tail
@@ -392,7 +415,9 @@ TABLES = {
     "real-rates": table_real_rates,
     "real-kinds": table_real,
     "spread": table_spread,
+    "sim-aa-rates": table_aa_rates,
     "sim-tail": table_sim,
+    "sim-tail-quiet": lambda: table_sim("sim-tail-quiet", "instance noise ÷5"),
 }
 
 
@@ -407,7 +432,11 @@ def rewrite(text: str) -> str:
     def sub(m: re.Match[str]) -> str:
         return f"{m.group(1)}\n{render(m.group(2))}\n{m.group(3)}"
 
-    return re.sub(r"(<!-- table:([a-z0-9-]+) -->)\n.*?\n(<!-- /table -->)", sub, text, flags=re.S)
+    # (?:.*?\n)? : an empty table (the markers on two lines) is a table too, not a run to
+    # the next table's end marker
+    return re.sub(
+        r"(<!-- table:([a-z0-9-]+) -->)\n(?:.*?\n)??(<!-- /table -->)", sub, text, flags=re.S
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,12 +95,12 @@ class SimConfig:
     # --no-instance-noise.
     instance_noise: bool = False
     instance_seed: int = 0  # which instance this is; the traffic seed is separate
-    noise_instance_sigma: float = 0.15  # log-sd of the per-instance speed factor
-    noise_drift_sigma: float = 0.35  # log-sd of the slow speed drift (host load that moves)
+    noise_instance_sigma: float = 0.4  # log-sd of the per-instance speed factor (mean 1)
+    noise_drift_sigma: float = 0.5  # log-sd of the slow speed drift (host load that moves)
     noise_drift_tau_s: float = 15.0  # correlation time of the drift
     noise_step_sigma: float = 0.05  # log-sd of per-step jitter (mean 1)
-    noise_stall_rate_hz: float = 0.1  # stalls per second of engine time
-    noise_stall_ms: float = 400.0  # mean stall length (exponential)
+    noise_stall_rate_hz: float = 0.1  # freezes per second of engine time, busy or idle
+    noise_stall_ms: float = 150.0  # mean freeze length (exponential)
     # fault injection: kind -> rate; stall and drip parameters
     faults: dict[str, float] = field(default_factory=dict)
     fault_stall_s: float = 30.0

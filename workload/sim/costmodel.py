@@ -23,7 +23,7 @@ square of its length, and a late chunk of a long prompt costs more than the firs
 Instance noise (``InstanceNoise``) makes two simulators of one preset differ the way two real
 instances do: a speed factor drawn once per instance, a slow drift of that speed (an
 Ornstein-Uhlenbeck process on log speed: host load that comes and goes), a per-step jitter,
-and occasional stalls. It draws from its own RNG seeded by the *instance* seed, never the
+and occasional freezes of the instance's clock. It draws from its own RNG seeded by the *instance* seed, never the
 traffic seed, so the same traffic meets a different instance.
 """
 
@@ -144,7 +144,19 @@ class NoiseConfig(Protocol):
 
 
 class InstanceNoise:
-    """One instance's speed: a factor drawn at start, a slow drift, step jitter, stalls."""
+    """One instance's speed: a factor drawn at start, a slow drift, step jitter, freezes.
+
+    Two real instances on a busy host differ the way their host's load does: for seconds at
+    a time every phase of a request is slower at once (bench/results/real-1: a block's TTFT,
+    TPOT and E2E shifts move together). So the speed factor and the drift multiply every
+    step alike, and a **freeze** (the process not scheduled) is a stretch of the instance's
+    clock in which nothing runs: it stretches whatever step it overlaps, a request that
+    arrives during it waits for its end, and one that falls while the instance is idle
+    delays nothing. Freezes hit prefill and decode in proportion to the time each takes
+    (a freeze counted per step landed mostly on the first step after an idle spell, the
+    prefill of a new request: TTFT too loud, TPOT too quiet). Speed and drift are log-normal
+    with mean 1, so the mean modelled cost stays the fitted one.
+    """
 
     def __init__(self, cfg: NoiseConfig, seed: int) -> None:
         self.on = bool(cfg.instance_noise)
@@ -154,13 +166,60 @@ class InstanceNoise:
         self.sigma_drift = max(0.0, cfg.noise_drift_sigma)
         self.tau = max(1e-3, cfg.noise_drift_tau_s)
         self.stall_rate = max(0.0, cfg.noise_stall_rate_hz)
-        self.stall_ms = max(0.0, cfg.noise_stall_ms)
+        self.stall_s = max(0.0, cfg.noise_stall_ms) / 1000.0
+        si = max(0.0, cfg.noise_instance_sigma)
         # the instance's own speed: > 1 is a slower instance
-        self.speed = math.exp(rng.gauss(0.0, cfg.noise_instance_sigma)) if self.on else 1.0
+        self.speed = math.exp(rng.gauss(-si * si / 2.0, si)) if self.on else 1.0
         self.log_drift = rng.gauss(0.0, self.sigma_drift) if self.on else 0.0
         self._t = 0.0
-        self._next_stall = rng.expovariate(self.stall_rate) if self.stall_rate > 0 else math.inf
         self.stalls = 0
+        self.stalled_s = 0.0
+        # the next freeze [start, start + length) on the engine clock
+        self._freeze = (math.inf, 0.0)
+        if self.on and self.stall_rate > 0.0 and self.stall_s > 0.0:
+            self._freeze = (rng.expovariate(self.stall_rate), rng.expovariate(1.0 / self.stall_s))
+
+    def _draw_freeze(self, after: float) -> None:
+        rng = self.rng
+        self._freeze = (
+            after + rng.expovariate(self.stall_rate),
+            rng.expovariate(1.0 / self.stall_s),
+        )
+
+    def _resume(self, t: float) -> None:
+        """The freeze schedule after an idle spell that passed `t` (memoryless: with
+        exponential runs and freezes, `t` falls inside a freeze with probability
+        rate*mean/(1 + rate*mean), whose rest is again exponential)."""
+        busy = self.stall_rate * self.stall_s
+        if self.rng.random() < busy / (1.0 + busy):
+            self._freeze = (t, self.rng.expovariate(1.0 / self.stall_s))
+        else:
+            self._draw_freeze(t)
+
+    def _run(self, now: float, work_s: float) -> float:
+        """Seconds from `now` until `work_s` of unfrozen time has passed (bounded: every
+        pass consumes one freeze, and freezes are at most rate x duration apart)."""
+        t, left = now, work_s
+        for _ in range(100_000):
+            start, length = self._freeze
+            if start + length <= t and start != math.inf:
+                self._resume(t)  # the instance was idle past it
+                continue
+            if start <= t:  # inside a freeze: wait for its end
+                self.stalls += 1
+                self.stalled_s += start + length - t
+                t = start + length
+                self._draw_freeze(t)
+                continue
+            if start < t + left:  # a freeze starts before the work is done
+                self.stalls += 1
+                self.stalled_s += length
+                left -= start - t
+                t = start + length
+                self._draw_freeze(t)
+                continue
+            break
+        return t + left - now
 
     def apply(self, now: float, ms: float) -> float:
         """The noisy duration of a step of modelled cost `ms` starting at engine time `now`."""
@@ -174,14 +233,12 @@ class InstanceNoise:
                 1.0 - rho * rho
             ) * self.sigma_drift * rng.gauss(0.0, 1.0)
         self._t = now
-        factor = self.speed * math.exp(self.log_drift)
+        sd = self.sigma_drift
+        factor = self.speed * math.exp(self.log_drift - sd * sd / 2.0)
         if self.sigma_step > 0.0:
             s = self.sigma_step
             factor *= math.exp(rng.gauss(-s * s / 2.0, s))  # mean 1
         out = ms * factor
-        if now >= self._next_stall:
-            # a stall that fell while the engine was idle is not seen; at most one per step
-            out += rng.expovariate(1.0 / self.stall_ms) if self.stall_ms > 0 else 0.0
-            self.stalls += 1
-            self._next_stall = now + rng.expovariate(self.stall_rate)
-        return out
+        if self._freeze[0] == math.inf:
+            return out
+        return 1000.0 * self._run(now, out / 1000.0)
