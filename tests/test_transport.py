@@ -144,8 +144,9 @@ def test_real_stream_ttft_is_the_content_delay_and_connection_is_reused(server_f
         assert rec.status == "ok", rec.error_detail
         assert rec.ttft_ms >= 200.0
         # the last chunk comes after the first (the server waits 10 ms between them, but a
-        # late read of the first on a loaded machine shortens the gap we see: order only)
-        assert rec.e2e_ms > rec.ttft_ms
+        # late read of the first on a loaded machine shortens the gap we see, to nothing when
+        # one read returns both chunks under the newer stamp: order only)
+        assert rec.e2e_ms >= rec.ttft_ms
         assert rec.text == "hi there" and rec.spec_decode == SPEC
         assert abs(rec.t_start - time.time()) < 60
     assert srv.accepts == 1  # keep-alive
