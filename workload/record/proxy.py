@@ -114,7 +114,8 @@ class Exchange:
     t_first: float | None = None  # first content-bearing event (a stream) or body byte
     t_end: float | None = None
     streamed: bool = False
-    encoding: str = ""  # the response's Content-Encoding (the record decodes gzip / deflate)
+    encoding: str = ""  # the response's Content-Encoding (``encodings.decode_body``)
+    request_encoding: str = ""  # the request's
     outcome: str = (
         "ok"  # ok | client_gone | upstream_unreachable | upstream_failed | bad_request | stopped
     )
@@ -276,6 +277,7 @@ class RecordingProxy:
             path=head.start[1].split("?", 1)[0],
             t_arrival=t0,
             session_hint=hint or None,
+            request_encoding=head.get("content-encoding").strip().lower(),
         )
 
     async def _exchange(self, conn: _Conn, raw: bytes) -> bool:

@@ -15,12 +15,10 @@ and its write on the proxy's loop.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import queue
 import threading
-import zlib
 from array import array
 from collections import Counter
 from collections.abc import Sequence
@@ -33,6 +31,7 @@ import orjson
 from workload.plan.traces import summarize_agents
 from workload.plan.traces._agent import round_from_json, trace_of
 from workload.record.blocks import BLOCK_TOKENS, PromptBlocks
+from workload.record.encodings import decode_body
 from workload.record.extract import Facts, read_exchange
 from workload.record.proxy import Exchange
 from workload.record.sessions import CountPrompt, SessionBook
@@ -88,12 +87,13 @@ class Recorder:
                 self.failures.append(f"exchange {ex.n}: {type(e).__name__}: {e}")
 
     def _one(self, ex: Exchange) -> None:
-        body = bytes(ex.response_body)
-        if ex.encoding in ("gzip", "x-gzip", "deflate"):
-            with contextlib.suppress(zlib.error):
-                wbits = 47 if "gzip" in ex.encoding else 15  # gzip header, or a zlib stream
-                body = zlib.decompressobj(wbits).decompress(body)
-        f = read_exchange(ex.path, ex.status, bytes(ex.request_body), body, ex.streamed)
+        request, why_req = decode_body(bytes(ex.request_body), ex.request_encoding)
+        body, why = decode_body(bytes(ex.response_body), ex.encoding)
+        # a body in a coding not read is forwarded as it came, and nothing is taken from it
+        f = read_exchange(ex.path, ex.status, b"" if why_req else request,
+                          b"" if why or why_req else body, ex.streamed)  # fmt: skip
+        if why_req or why:
+            f.ok, f.problem = False, f"request {why_req}" if why_req else f"response {why}"
         self.outcomes[ex.outcome] += 1
         self.kinds[f.kind] += 1
         s = self.book.add(ex, f)
