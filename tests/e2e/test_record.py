@@ -86,7 +86,7 @@ def test_an_sdk_agent_is_recorded_fitted_and_replayed(tmp_path: Path) -> None:
         sim.stop()
     assert code == 130, err
     assert "agentload: exit 130: recording stopped (SIGINT)" in err
-    assert "rounds    12 (6 asked for tools, 3 in parallel)" in out
+    assert "rounds    12 (6 asked for tools, 3 in parallel)" in out, out
     all_rows = _rows(tmp_path / "rec" / "trace.jsonl")
     sessions: dict[str, list[dict]] = {}
     for r in all_rows:
