@@ -217,14 +217,24 @@ def test_a_client_that_hangs_up_mid_stream_cancels_the_upstream_request(
 
 
 def test_keep_content_stores_bodies_but_never_headers(sim, tmp_path: Path) -> None:
-    rec = _recorder(sim.url, tmp_path / "rec", keep_content=True)
+    rec = _recorder(sim.url, tmp_path / "rec", keep_content=True, session_header="X-Session-Id")
     try:
-        run_agent(rec.url + "/v1", MODEL)
+        run_agent(rec.url + "/v1", MODEL, api_key="sk-test-4f1c",
+                  default_headers={"X-Secret": "hush-9e2b", "X-Session-Id": "desk-7"})  # fmt: skip
     finally:
         rec.stop()
     content = (tmp_path / "rec" / "content.jsonl").read_text()
-    assert "Lisbon" in content and "sk-test" not in content
+    assert "Lisbon" in content
     assert len(content.splitlines()) == 4
+    # no file holds a header: not the key, not another header's value, not their names
+    files = sorted(p.name for p in (tmp_path / "rec").iterdir())
+    assert files == ["content.jsonl", "exchanges.jsonl", "summary.json", "trace.jsonl"]
+    for name in files:
+        text = (tmp_path / "rec" / name).read_text().lower()
+        assert "sk-test" not in text and "hush-9e2b" not in text, name
+        assert "authorization" not in text and "x-secret" not in text and "bearer" not in text, name
+    # ... except the value of the header the user named as the session's (docs: privacy)
+    assert {r["session"] for r in _rows(tmp_path / "rec" / "trace.jsonl")} == {"desk-7"}
 
 
 # ------------------------------------------------------------------ framing

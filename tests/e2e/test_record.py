@@ -3,6 +3,7 @@ recording fitted (`trace fit DIR`) and replayed closed loop (`run --trace DIR`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import threading
@@ -85,7 +86,7 @@ def test_an_sdk_agent_is_recorded_fitted_and_replayed(tmp_path: Path) -> None:
         sim.stop()
     assert code == 130, err
     assert "agentload: exit 130: recording stopped (SIGINT)" in err
-    assert "rounds    12 (6 asked for tools, 3 in parallel)" in out
+    assert "rounds    12 (6 asked for tools, 3 in parallel)" in out, out
     all_rows = _rows(tmp_path / "rec" / "trace.jsonl")
     sessions: dict[str, list[dict]] = {}
     for r in all_rows:
@@ -127,34 +128,56 @@ def test_an_sdk_agent_is_recorded_fitted_and_replayed(tmp_path: Path) -> None:
             assert got[k + 1]["t_start"] >= end + rows[k]["tools"][0]["wait_s"] - 0.01
 
 
-def test_sigterm_lets_the_stream_in_flight_finish_and_exits_143(tmp_path: Path) -> None:
+def _stream_then_stop(tmp_path: Path, tokens: int, *extra: str) -> tuple[int, str, str, list[str]]:
+    """One SDK stream through `agentload record`, SIGTERM once its first chunk arrived:
+    (exit status, stdout, stderr, the text the agent got)."""
     sim = SimProcess("fast", seed=4, sets=["decode_ms_base=40"]).start()
-    rec = RecordProcess(sim.url, str(tmp_path / "rec")).start()
+    rec = RecordProcess(sim.url, str(tmp_path / "rec"), *extra).start()
     got: list[str] = []
     started = threading.Event()
 
     def stream() -> None:
         c = openai.OpenAI(base_url=rec.url + "/v1", api_key="k", max_retries=0)
         s = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
-                                      max_tokens=30, stream=True, extra_body={"ignore_eos": True})  # fmt: skip
-        for ch in s:
-            started.set()
-            got.extend(c.delta.content or "" for c in ch.choices)
+                                      max_tokens=tokens, stream=True, extra_body={"ignore_eos": True})  # fmt: skip
+        with contextlib.suppress(Exception):  # the SDK's error for a stream cut at the grace
+            for ch in s:
+                started.set()
+                got.extend(c.delta.content or "" for c in ch.choices)
 
     t = threading.Thread(target=stream)
     try:
         t.start()
         assert started.wait(20)
-        code, out, err = rec.stop(signal.SIGTERM)
+        code, out, err = rec.stop(signal.SIGTERM, timeout_s=150)
         t.join(20)
     finally:
         sim.stop()
+    return code, out, err, got
+
+
+def test_sigterm_lets_the_stream_in_flight_finish_and_exits_143(tmp_path: Path) -> None:
+    # The grace is long enough for any load: the default 10 s once ran out on a loaded
+    # machine, and a stream cut at the grace's end is `stopped`, not a round (next test).
+    code, out, err, got = _stream_then_stop(tmp_path, 30, "--grace", "120")
     assert code == 143, err
     assert "1 exchanges in flight" in out
+    (ex,) = _rows(tmp_path / "rec" / "exchanges.jsonl")
+    assert ex["outcome"] == "ok", ex
     (row,) = _rows(tmp_path / "rec" / "trace.jsonl")
     # the answer arrived whole and was recorded; without usage, the tokenizer counted it
     assert row["record"]["tokens_from"] == "tokenizer"
     assert row["output_tokens"] == TiktokenTokenizer().count("".join(got)) > 0
+
+
+def test_a_stream_longer_than_the_grace_is_cut_and_recorded_as_stopped(tmp_path: Path) -> None:
+    code, out, err, got = _stream_then_stop(tmp_path, 400, "--grace", "0.2")  # 16 s of tokens
+    assert code == 143, err
+    assert "1 exchanges in flight get 0.2 s" in out
+    (ex,) = _rows(tmp_path / "rec" / "exchanges.jsonl")
+    assert ex["outcome"] == "stopped" and ex["status"] == 200, ex
+    assert 0 < len(got) < 400
+    assert _rows(tmp_path / "rec" / "trace.jsonl") == []  # a cut answer is not a round
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 agentload record --upstream URL --out DIR [--port 8100] [--host 127.0.0.1]
                  [--session-header X-Session-Id] [--keep-content] [--tokenizer tiktoken|server]
-                 [--subagents infer|off] [--overwrite]
+                 [--subagents infer|off] [--grace S] [--overwrite]
 """
 
 from __future__ import annotations
@@ -57,6 +57,12 @@ def build_parser() -> ArgParser:
         choices=["infer", "off"],
         help="infer candidate subagent sessions (default) or not",
     )
+    p.add_argument(
+        "--grace",
+        default="10",
+        help="seconds requests in flight get to finish at Ctrl-C / SIGTERM (default 10; "
+        "a second Ctrl-C cuts them at once)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace a recording already in --out")
     return p  # fmt: skip
 
@@ -75,6 +81,14 @@ def options(argv: list[str]) -> RecordOptions:
         port = -1
     if not 0 <= port <= 65535:
         raise UsageError(f"bad --port {a.port!r}: a number from 0 to 65535 (0: a free port)")
+    try:
+        grace = float(a.grace)
+    except ValueError:
+        grace = -1.0
+    if not 0 <= grace < float("inf"):
+        raise UsageError(
+            f"bad --grace {a.grace!r}: seconds (0 or more) requests in flight get at stop"
+        )
     tok = a.tokenizer
     if tok != "server" and tok.partition(":")[0] != "tiktoken":
         raise UsageError(f"bad --tokenizer {tok!r}: tiktoken[:ENCODING] or server")
@@ -85,7 +99,7 @@ def options(argv: list[str]) -> RecordOptions:
     return RecordOptions(
         upstream=up, out=out, host=a.host, port=port,
         session_header=a.session_header or None, keep_content=a.keep_content,
-        tokenizer=tok, subagents=a.subagents == "infer",
+        tokenizer=tok, subagents=a.subagents == "infer", grace_s=grace,
     )  # fmt: skip
 
 

@@ -3,15 +3,15 @@
 Each client connection gets its own upstream connection (opened on its first request, kept
 while both sides keep alive). A request's head goes upstream at once with only its Host line
 (and a path prefix of ``--upstream``) changed; its body is pumped up while the response is
-read back, so ``Expect: 100-continue`` and interim responses pass through. Every read from
-the upstream is written to the client before anything else is done with it: the proxy
-stamps the read, writes it, then decodes it for the record. No read waits for another one
-(no buffering), and the response's bytes (status line, headers, chunk framing) reach the
-client exactly as the upstream sent them.
+read back, so ``Expect: 100-continue`` and interim responses pass through. A response body
+is relayed by ``relay.BodyRelay``: each read from the upstream is written to the client in
+the read's own callback, and decoded for the record only after every read of that loop
+turn was written. No read waits for another one (no buffering), and the response's bytes
+(status line, headers, chunk framing) reach the client exactly as the upstream sent them.
 
-What the record gets per exchange is an ``Exchange`` (times, status, the decoded bodies),
-handed to ``sink`` once the exchange is over; the proxy never parses JSON beyond finding
-the first content-bearing event of a stream (TTFT).
+What the record gets per exchange is an ``Exchange`` (times, status, the decoded bodies, each
+body read's time in the proxy), handed to ``sink`` once the exchange is over; the proxy
+never parses JSON beyond finding the first content-bearing event of a stream (TTFT).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import ssl
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ from workload.record.http1 import (
     replace_host,
     response_body_kind,
 )
+from workload.record.relay import relay_body
 
 READ_BYTES = 1 << 16
 KEEP_BODY_BYTES = 64 << 20  # bodies larger than this are forwarded but not kept for the record
@@ -52,6 +54,10 @@ class Clock:
 
     def now(self) -> float:
         return self._wall + (time.perf_counter_ns() - self._ns) / 1e9
+
+    def at(self, perf_ns: int) -> float:
+        """The unix time of a ``time.perf_counter_ns()`` stamp."""
+        return self._wall + (perf_ns - self._ns) / 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +114,8 @@ class Exchange:
     t_first: float | None = None  # first content-bearing event (a stream) or body byte
     t_end: float | None = None
     streamed: bool = False
-    encoding: str = ""  # the response's Content-Encoding (the record decodes gzip / deflate)
+    encoding: str = ""  # the response's Content-Encoding (``encodings.decode_body``)
+    request_encoding: str = ""  # the request's
     outcome: str = (
         "ok"  # ok | client_gone | upstream_unreachable | upstream_failed | bad_request | stopped
     )
@@ -118,56 +125,7 @@ class Exchange:
     bytes_in: int = 0  # request body bytes from the client
     bytes_out: int = 0  # response bytes to the client (head included)
     too_large: bool = False  # a body past KEEP_BODY_BYTES: forwarded, not kept
-
-
-class _FirstContent:
-    """Finds the first SSE event that carries content, reasoning or a tool call (TTFT)."""
-
-    __slots__ = ("_buf", "found")
-
-    def __init__(self) -> None:
-        self._buf = b""
-        self.found = False
-
-    def feed(self, data: bytes) -> bool:
-        buf = self._buf + data
-        lines = buf.split(b"\n")
-        self._buf = lines.pop()
-        for line in lines:
-            if line.startswith(b"data:") and _carries(line[5:].strip()):
-                self.found = True
-                self._buf = b""
-                return True
-        if len(self._buf) > MAX_HEAD_BYTES:  # a long data line: look at it once it ends
-            self._buf = self._buf[-MAX_HEAD_BYTES:]
-        return False
-
-
-def _carries(data: bytes) -> bool:
-    if not data or data == b"[DONE]":
-        return False
-    try:
-        ev = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return False
-    if not isinstance(ev, dict):
-        return False
-    if isinstance(ev.get("delta"), str):  # the Responses API: response.*.delta events
-        return bool(ev["delta"])
-    for ch in ev.get("choices") or ():
-        if not isinstance(ch, dict):
-            continue
-        if ch.get("text"):
-            return True
-        d = ch.get("delta") or {}
-        if isinstance(d, dict) and (
-            d.get("content")
-            or d.get("reasoning_content")
-            or d.get("reasoning")
-            or d.get("tool_calls")
-        ):
-            return True
-    return False
+    relay_us: array[int] = field(default_factory=lambda: array("I"))  # per body read: in -> sent
 
 
 def _error_response(status: int, reason: str, message: str, kind: str) -> bytes:
@@ -319,6 +277,7 @@ class RecordingProxy:
             path=head.start[1].split("?", 1)[0],
             t_arrival=t0,
             session_hint=hint or None,
+            request_encoding=head.get("content-encoding").strip().lower(),
         )
 
     async def _exchange(self, conn: _Conn, raw: bytes) -> bool:
@@ -369,9 +328,9 @@ class RecordingProxy:
             rkind, rlen = response_body_kind(rhead, ex.method)
             ex.streamed = "text/event-stream" in rhead.get("content-type").lower()
             ex.encoding = rhead.get("content-encoding").strip().lower()
-            await self._relay_body(conn, up[0], rkind, rlen, ex, pump, watch)
+            clean = await self._relay(conn, up, rkind, rlen, ex, pump, watch)
             await pump
-            keep = head.keep_alive() and rhead.keep_alive() and rkind != "close"
+            keep = head.keep_alive() and rhead.keep_alive() and rkind != "close" and clean
             if not keep:
                 conn.close_upstream()
             return keep and not self.stopping
@@ -526,48 +485,39 @@ class RecordingProxy:
         except ConnectionError:
             raise _Gone() from None
 
-    async def _relay_body(
+    async def _relay(
         self,
         conn: _Conn,
-        up: asyncio.StreamReader,
+        up: tuple[asyncio.StreamReader, asyncio.StreamWriter],
         kind: str,
         length: int,
         ex: Exchange,
         pump: asyncio.Future[None],
         watch: asyncio.Future[bytes] | None,
-    ) -> None:
-        """The response body, upstream to client, each read written before it is looked at.
+    ) -> bool:
+        """The response body, upstream to client (``relay.relay_body``); whether the upstream
+        framed it cleanly (False: it sent bytes past the end, and both connections close).
 
         ``watch`` is a pending one-byte read of the client: done with b"" when it hung up.
         """
-        clock, body = self.clock, ex.response_body
-        first = _FirstContent() if ex.streamed else None
-        dec = ChunkedDecoder() if kind == "chunked" else None
-        left = length if kind == "length" else -1
-        while left != 0 and not (dec is not None and dec.done):
-            data = await up.read(READ_BYTES if left < 0 else min(left, READ_BYTES))
-            t = clock.now()
-            if not data:
-                if kind == "close":
-                    break
-                raise _UpstreamFailed("the upstream closed the connection mid-response")
-            if dec is not None:
-                decoded = bytearray()
-                used = dec.feed(data, decoded)
-                data = data[:used]
-            else:
-                decoded = data  # type: ignore[assignment]
-                if left > 0:
-                    left -= len(data)
-            await self._to_client(conn, data, ex)
-            if (pump.done() and pump.exception() is not None) or (
-                watch is not None and watch.done() and (watch.exception() or not watch.result())
-            ):
-                raise _Gone()
-            if ex.t_first is None and (first is None or ex.encoding or first.feed(bytes(decoded))):
-                ex.t_first = t
-            if len(body) + len(decoded) <= KEEP_BODY_BYTES:
-                body += decoded
-            else:
-                ex.too_large = True
-        ex.t_end = clock.now()
+
+        def gone() -> bool:
+            if pump.done() and not pump.cancelled() and pump.exception() is not None:
+                return True
+            return (
+                watch is not None
+                and watch.done()
+                and (watch.cancelled() or watch.exception() is not None or not watch.result())
+            )
+
+        outcome, excess = await relay_body(
+            conn.writer, up[0], up[1], kind, length, ex, keep_bytes=KEEP_BODY_BYTES,
+            at=self.clock.at, gone=gone, watch=[f for f in (pump, watch) if f is not None],
+        )  # fmt: skip
+        if outcome.startswith("gone"):
+            raise _Gone()
+        if outcome:
+            raise _UpstreamFailed(outcome.removeprefix("upstream: "))
+        if excess:
+            ex.error = f"the upstream sent {excess} bytes past the response's end (forwarded)"
+        return not excess

@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import pickle
 import signal
+import struct
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +131,7 @@ async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any) -> int
     loop = asyncio.get_running_loop()
     proxy, port = await _start(o, lambda ex: held[0].submit(ex))
     held.append(RecorderProcess(o))
+    await held[0].attach()
     latch = StopLatch()
     stop, now = asyncio.Event(), asyncio.Event()
 
@@ -156,6 +160,7 @@ async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any) -> int
     if not closing.done():
         await proxy.close(0.0)
     cut.cancel()
+    await held[0].flush()
     for sig in STOP_SIGNALS:
         loop.remove_signal_handler(sig)
         signal.signal(sig, signal.SIG_IGN)  # the trace is being completed: late presses wait
@@ -163,7 +168,8 @@ async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any) -> int
 
 
 def _recorder_main(o: RecordOptions, inbox: Any, outbox: Any) -> None:
-    """The recorder's own process: exchanges from ``inbox`` until None, then the summary."""
+    """The recorder's own process: exchanges from the ``inbox`` pipe until None (or the
+    parent's end of it closing), then the summary."""
     for sig in STOP_SIGNALS:  # the parent decides when the recording stops, and tells us
         signal.signal(sig, signal.SIG_IGN)
     set_parent_death_signal(signal.SIGKILL)  # rows already appended stay; nothing hangs on
@@ -171,7 +177,10 @@ def _recorder_main(o: RecordOptions, inbox: Any, outbox: Any) -> None:
     rec = make_recorder(o)
     outbox.put("ready")
     while True:
-        ex = inbox.get()
+        try:
+            ex = inbox.recv()
+        except EOFError:
+            break
         if ex is None:
             break
         rec.submit(ex)
@@ -180,27 +189,55 @@ def _recorder_main(o: RecordOptions, inbox: Any, outbox: Any) -> None:
 
 class RecorderProcess:
     """The Recorder in a child process: the proxy's loop only hands exchanges to a pipe, so
-    reading bodies, tokenizing and hashing never hold the GIL the loop stamps reads under."""
+    reading bodies, tokenizing and hashing never hold the GIL the loop stamps reads under.
+
+    Once ``attach``ed to the proxy's loop the pipe is written by an asyncio pipe transport
+    (non-blocking writes on the loop's own thread): no feeder thread in the proxy's process
+    competes with the loop for the GIL while streams are relayed (a thread holding it when
+    the OS preempts it stalls the loop for that long)."""
 
     def __init__(self, o: RecordOptions) -> None:
         ctx = multiprocessing.get_context("spawn")
-        self._inbox, self._outbox = ctx.Queue(), ctx.Queue()
+        self._outbox = ctx.Queue()
+        inbox, self._pipe = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(
-            target=_recorder_main, args=(o, self._inbox, self._outbox), name="agentload-recorder",
+            target=_recorder_main, args=(o, inbox, self._outbox), name="agentload-recorder",
             daemon=True,
         )  # fmt: skip
         self._proc.start()
+        inbox.close()
+        self._tx: asyncio.WriteTransport | None = None
         ready = self._outbox.get(timeout=120)
         if ready != "ready":
             raise SetupError(f"the recorder did not start ({ready})")
 
+    async def attach(self) -> None:
+        """Write the pipe from the running loop from now on."""
+        loop = asyncio.get_running_loop()
+        f = os.fdopen(os.dup(self._pipe.fileno()), "wb", buffering=0)
+        self._tx, _ = await loop.connect_write_pipe(asyncio.Protocol, f)
+
+    async def flush(self, timeout_s: float = 60.0) -> None:
+        """Everything submitted written to the pipe (before the loop ends)."""
+        if self._tx is None:
+            return
+        tx, self._tx = self._tx, None
+        deadline = time.monotonic() + timeout_s
+        while tx.get_write_buffer_size() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        tx.close()
+
     def submit(self, ex: Any) -> None:
-        """Queue a finished exchange (the pipe is fed by the queue's own thread)."""
-        self._inbox.put(ex)
+        """Hand a finished exchange on (the pipe's framing: multiprocessing.Connection's)."""
+        if self._tx is None:
+            self._pipe.send(ex)
+            return
+        b = pickle.dumps(ex, pickle.HIGHEST_PROTOCOL)
+        self._tx.write(struct.pack("!i", len(b)) + b)  # bodies are capped far below 2 GiB
 
     def close(self) -> dict[str, Any]:
         """Finish the recording; the summary."""
-        self._inbox.put(None)
+        self._pipe.send(None)
         summary: dict[str, Any] = self._outbox.get(timeout=600)
         self._proc.join(30)
         return summary

@@ -1,0 +1,174 @@
+"""How `agentload record` relays a response body (workload/record/relay.py): a slow client,
+an upstream that breaks off or sends past the end, and what the proxy says it added."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from workload.record import RecordOptions, RecordThread, parse_upstream
+
+MB = 1 << 20
+
+
+class RawUpstream:
+    """A one-answer-per-connection upstream whose bytes are exactly ``answer(request)``'s
+    pieces (sent one by one, ``gap_s`` apart), then the connection closes if ``close``."""
+
+    def __init__(
+        self, answer: Callable[[], list[bytes]], *, gap_s: float = 0.0, close: bool = True
+    ):
+        self.answer, self.gap_s, self.close = answer, gap_s, close
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.sent: list[bytes] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(c,), daemon=True).start()
+
+    def _one(self, c: socket.socket) -> None:
+        with c:
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                buf += c.recv(65536)
+            head, _, body = buf.partition(b"\r\n\r\n")
+            n = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(body) < n:
+                body += c.recv(65536)
+            try:
+                for piece in self.answer():
+                    c.sendall(piece)
+                    self.sent.append(piece)
+                    time.sleep(self.gap_s)
+            except OSError:
+                return
+            if not self.close:
+                time.sleep(2)
+
+    def stop(self) -> None:
+        self.sock.close()
+
+
+def _recorder(upstream: str, out: Path) -> RecordThread:
+    up = parse_upstream(upstream)
+    assert up is not None
+    return RecordThread(RecordOptions(upstream=up, out=out, port=0)).start()
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _post(url: str) -> socket.socket:
+    port = int(url.rsplit(":", 1)[1])
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    return s
+
+
+def _read_all(s: socket.socket, pause_s: float = 0.0, block: int = 65536) -> bytes:
+    got = bytearray()
+    while True:
+        data = s.recv(block)
+        if not data:
+            return bytes(got)
+        got += data
+        if pause_s:
+            time.sleep(pause_s)
+
+
+def _sse(n: int) -> list[bytes]:
+    ev = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+    head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+            b"connection: close\r\n\r\n")  # fmt: skip
+    return [head, *[b"%x\r\n%s\r\n" % (len(ev), ev)] * n, b"0\r\n\r\n"]
+
+
+def test_each_read_s_time_in_the_proxy_is_recorded(tmp_path: Path) -> None:
+    up = RawUpstream(lambda: _sse(20), gap_s=0.01)
+    rec = _recorder(up.url, tmp_path / "rec")
+    try:
+        got = _read_all(_post(rec.url))
+    finally:
+        summary = rec.stop()
+        up.stop()
+    assert got == b"".join(up.sent)
+    (ex,) = _rows(tmp_path / "rec" / "exchanges.jsonl")
+    assert ex["outcome"] == "ok" and ex["ttft_s"] is not None
+    relay = ex["relay_us"]
+    assert 1 <= relay["reads"] <= 21  # the body's pieces, some perhaps read together
+    assert 0 <= relay["p50"] <= relay["p99"] <= relay["max"]
+    assert summary["recorder"]["relay_us"]["reads"] == relay["reads"]
+
+
+def test_a_slow_client_gets_every_byte_and_the_upstream_waits_for_it(tmp_path: Path) -> None:
+    blob = bytes(range(256)) * (16 * MB // 256)  # 16 MiB: far past the transport's buffers
+    pieces = [blob[k : k + MB] for k in range(0, len(blob), MB)]
+    head = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: %d\r\n\r\n"
+    up = RawUpstream(lambda: [head % len(blob), *pieces])
+    rec = _recorder(up.url, tmp_path / "rec")
+    try:
+        s = _post(rec.url)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        time.sleep(0.5)  # the upstream has sent what the sockets hold; the proxy pauses it
+        got = _read_all(s, pause_s=0.001, block=256 * 1024)
+    finally:
+        rec.stop()
+        up.stop()
+    body = got.partition(b"\r\n\r\n")[2]
+    assert hashlib.sha256(body).digest() == hashlib.sha256(blob).digest()
+    (ex,) = _rows(tmp_path / "rec" / "exchanges.jsonl")
+    assert ex["outcome"] == "ok" and ex["bytes_out"] == len(got)
+
+
+def test_an_upstream_that_breaks_off_mid_body_is_recorded_so(tmp_path: Path) -> None:
+    up = RawUpstream(lambda: _sse(3)[:-1])  # no last chunk: the connection just closes
+    rec = _recorder(up.url, tmp_path / "rec")
+    try:
+        got = _read_all(_post(rec.url))
+    finally:
+        rec.stop()
+        up.stop()
+    assert got == b"".join(up.sent)  # what came, then the close
+    (ex,) = _rows(tmp_path / "rec" / "exchanges.jsonl")
+    assert ex["outcome"] == "upstream_failed" and "mid-response" in ex["error"]
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_bytes_past_the_body_s_end_close_both_connections_and_say_so(
+    tmp_path: Path, framing: str
+) -> None:
+    if framing == "length":
+        answer = [b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhelloEXTRA"]
+    else:
+        answer = [
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nEXTRA"
+        ]
+    up = RawUpstream(lambda: answer, close=False)
+    rec = _recorder(up.url, tmp_path / "rec")
+    try:
+        s = _post(rec.url)
+        s.settimeout(10)
+        got = _read_all(s)  # the proxy closes the connection: the upstream broke framing
+    finally:
+        rec.stop()
+        up.stop()
+    assert got == answer[0]
+    (ex,) = _rows(tmp_path / "rec" / "exchanges.jsonl")
+    assert (
+        ex["outcome"] == "ok"
+        and ex["error"] == "the upstream sent 5 bytes past the response's end (forwarded)"
+    )
