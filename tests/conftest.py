@@ -24,7 +24,11 @@ from tests.vllm.shared import stop_shared
 SHARED_VLLM_UNIT = "real-vllm-shared-server"
 # Modules that start servers of their own (no shared counters): a unit per module (its
 # tests share that module's server), sent early, beside the shared-server unit.
-OWN_SERVERS = ("tests/vllm/test_canary_real.py", "tests/vllm/test_agent_replay_real.py")
+OWN_SERVERS = (
+    "tests/vllm/test_canary_real.py",
+    "tests/vllm/test_agent_replay_real.py",
+    "tests/vllm/test_otlp_real.py",
+)
 # The long end-to-end files (measured with --durations), sent before the short tests.
 LONG_FIRST = (
     "tests/vllm/",
