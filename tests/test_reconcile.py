@@ -10,7 +10,7 @@ from workload.measure import artifacts
 from workload.measure.live_metrics import LiveCounts, Snapshot, families
 from workload.measure.records import RequestRecord, SessionRecord
 from workload.measure.stats import Aggregate
-from workload.run import reconcile
+from workload.run import finalize, reconcile
 
 
 def write(out: Path, reqs: list[RequestRecord], sessions: list[SessionRecord]) -> None:
@@ -128,3 +128,14 @@ def test_the_final_exposition_never_counts_less_than_a_mid_run_one(tmp_path: Pat
     went_back = {k: (v, after.get(k, 0.0)) for k, v in before.items() if after.get(k, 0.0) < v}
     assert not went_back
     assert exposed(last_live).keys() <= after.keys()
+
+
+def test_the_console_line_says_how_much_itl_a_rebuild_kept(tmp_path: Path) -> None:
+    reqs, sessions = random_records(5, n=50)
+    write(tmp_path, reqs, sessions)
+    note = reconcile.reconciled(build(reqs[:30], sessions), tmp_path, {}, wait=False).note
+    line = finalize._reconcile_line(note)
+    assert line.startswith(
+        "the JSONL files hold records the run's live counts missed (20 requests)"
+    )
+    assert f"ITL partial ({note['itl_ok_requests']} of {note['ok_requests']} successful" in line

@@ -81,14 +81,13 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
     """Write the run's summary artifacts; return the exit code.
 
     The summary counts what the JSONL files hold (`workload.run.reconcile`); every file is
-    written atomically; the console's last line gives the exit code and why.
+    written atomically; the console's last line gives the exit code and why. Long because
+    run.json's fields are listed here, in one place.
     """
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
-    rec = reconciled(m.total, out, m.slos, wait=m.settle, unreported=m.unreported_workers)
-    if rec.note["why"]:
-        print(f"agentload: {_reconcile_line(rec.note)}", file=sys.stderr, flush=True)
-    agg = m.total = rec.total
+    note = _count_what_was_written(m, out)
+    agg = m.total
     summary = agg.summary()
     slos = m.slos
     slo_results, code, why, partial_reason = _outcome(spec, m, agg, summary)
@@ -114,7 +113,7 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
     if spec.trace:
         summary["trace"] = _trace_block(spec, out, m.fingerprint, scrape, load["arrivals"])
     _fill_system_fingerprint(m.fingerprint, out)
-    artifacts.write_json(out / "stats.json", {**agg.to_dict(), "reconcile": rec.note})
+    artifacts.write_json(out / "stats.json", {**agg.to_dict(), "reconcile": note})
     artifacts.write_atomic(
         out / "junit.xml", slo.junit_xml(slo_results, suite_name=f"agentload.{spec.profile.name}")
     )
@@ -145,7 +144,7 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
         "partial": bool(partial_reason),
         "partial_reason": partial_reason,
         "lost_workers": list(m.lost_workers),
-        "reconcile": rec.note,
+        "reconcile": note,
         "exit_code": code,
         "exit_reason": why,
         "generator_health": m.generator_health,
@@ -247,6 +246,16 @@ def outcome_reason(
         noun = "SLO" if len(failed) == 1 else "SLOs"
         return f"{len(failed)} {noun} failed: {', '.join(parts)}{more}"
     return "ok"
+
+
+def _count_what_was_written(m: Measured, out: Path) -> dict[str, Any]:
+    """`m.total` becomes the aggregate that counts the JSONL files (`workload.run.reconcile`);
+    returns where its counts came from (stats.json's and run.json's ``reconcile``)."""
+    rec = reconciled(m.total, out, m.slos, wait=m.settle, unreported=m.unreported_workers)
+    if rec.note["why"]:
+        print(f"agentload: {_reconcile_line(rec.note)}", file=sys.stderr, flush=True)
+    m.total = rec.total
+    return rec.note
 
 
 def _reconcile_line(note: dict[str, Any]) -> str:
