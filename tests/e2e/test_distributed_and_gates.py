@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import quick_run
+from tests.e2e.cli import CHAT_PROFILE, agentload, quick_run
 from workload.measure.artifacts import read_records
 
 pytestmark = pytest.mark.slow
@@ -45,6 +45,35 @@ def test_two_workers_equal_one_worker(tmp_path: Path) -> None:
     assert overall["requests"] == len(read_records(two, "requests"))
     assert overall["sessions"]["completed"] == len(read_records(two, "sessions")) == 8
     assert run["workers"] == 2
+
+
+def test_a_two_worker_run_stopped_by_its_duration_counts_every_line_with_its_itl(
+    tmp_path: Path,
+) -> None:
+    # Stopped by the clock with requests in flight (recorded as cancelled at the stop): each
+    # worker's last delta, sent after its last record, reaches the master before the summary
+    # (workload/locust/final_report.py), so the live counts are the files' and stats.json keeps
+    # the per-gap ITL, which the files cannot give back.
+    out = tmp_path / "two"
+    p = agentload(
+        "run", "--profile", CHAT_PROFILE, "--users", "4", "--duration", "8s",
+        "--sim-preset", "fast", "--workers", "2", "--out", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    stats = json.loads((out / "stats.json").read_text())
+    rows, sessions = read_records(out, "requests"), read_records(out, "sessions")
+    assert rows and {r["worker"] for r in rows} <= {"0", "1"}
+    note = stats["reconcile"]
+    assert note["source"] == "memory", (note, p.stderr[-2000:])
+    assert note["counted"] == note["in_files"] == {"requests": len(rows), "sessions": len(sessions)}
+    assert note["itl"] == "complete" and not note["workers_without_final_report"]
+    overall = stats["overall"]
+    assert overall["counters"]["requests"] == len(rows)
+    assert overall["counters"]["ok"] == sum(r["status"] == "ok" for r in rows) > 0
+    # one ITL gap between each two content chunks of every successful request in the files
+    gaps = sum(max(0, r["chunks"] - 1) for r in rows if r["status"] == "ok")
+    assert overall["hists"]["itl"]["count"] == gaps > 0
+    assert json.loads((out / "run.json").read_text())["reconcile"] == note
 
 
 def test_slo_violation_exits_3_with_junit(tmp_path: Path) -> None:

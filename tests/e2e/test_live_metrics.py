@@ -127,6 +127,21 @@ def check_final_matches_stats(final: dict, out: Path) -> None:
     assert total(final, "agentload_requests_total") == overall["requests"] > 0
 
 
+def never_backwards(mid: dict, final: dict) -> None:
+    """No counter or histogram series of the run counts less at the end than mid-run (to
+    Prometheus that is a counter reset: the ITL histogram once dropped to 0 at the end)."""
+    went_back = []
+    for name, samples in mid.items():
+        if name.startswith(("agentload_", "gen_ai_")) and name.endswith(
+            ("_total", "_count", "_sum", "_bucket")
+        ):
+            for labels, v in samples:
+                after = total(final, name, **labels)
+                if after < v:
+                    went_back.append((name, labels, v, after))
+    assert not went_back, went_back[:5]
+
+
 def test_a_single_process_run_serves_every_family_and_ends_on_its_stats(tmp_path: Path) -> None:
     out = tmp_path / "one"
     mid, final, _ = run_and_scrape(
@@ -140,6 +155,7 @@ def test_a_single_process_run_serves_every_family_and_ends_on_its_stats(tmp_path
     assert total(final, "agentload_request_errors_total") > 0  # the injected 500s, by kind
     assert total(mid, "agentload_requests_total") <= total(final, "agentload_requests_total")
     check_final_matches_stats(final, out)
+    never_backwards(mid, final)
     info = final["agentload_run_info"][0][0]
     assert info["label_container_tag"] == "vllm:0.29"
     assert info["run_id"] == json.loads((out / "run.json").read_text())["run_id"]
@@ -161,6 +177,7 @@ def test_the_master_serves_the_workers_merged_numbers(tmp_path: Path) -> None:
     assert final["agentload_run_info"][0][0]["role"] == "master"
     assert total(mid, "agentload_requests_total") > 0
     check_final_matches_stats(final, out)
+    never_backwards(mid, final)
     # Both workers wrote requests, and the master's counts hold both.
     rows = sum(len(p.read_text().splitlines()) for p in out.glob("requests-*.jsonl"))
     assert total(final, "agentload_requests_total") == rows

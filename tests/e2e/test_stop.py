@@ -279,6 +279,13 @@ def test_a_lost_worker_makes_the_run_partial(tmp_path: Path) -> None:
     assert run["partial"] is True and run["lost_workers"], run.get("partial_reason")
     assert "lost" in stderr
     assert run["summary"]["overall"]["requests"] == count_lines(out, "requests")
+    # Whether or not the lost worker's last deltas were missed, the per-gap ITL the master
+    # counted stays (the files hold none), and run.json says where the counts came from.
+    note = run["reconcile"]
+    assert note["in_files"]["requests"] == count_lines(out, "requests")
+    assert note["itl"] in ("complete", "partial"), note
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["overall"]["hists"]["itl"]["count"] > 0 and stats["reconcile"] == note
     last = stdout.strip().splitlines()[-1]
     assert last.startswith("agentload: exit 1: partial run"), last
     assert not _left_running(out)

@@ -13,7 +13,17 @@ import gevent
 
 from workload import memtrace
 from workload.errors import EXIT_BAD_INPUT, AgentloadError, print_error
-from workload.locust import health, live, open_loop, run_clock, signals, warmup, webui, workers
+from workload.locust import (
+    final_report,
+    health,
+    live,
+    open_loop,
+    run_clock,
+    signals,
+    warmup,
+    webui,
+    workers,
+)
 from workload.locust import options as options_mod
 from workload.locust import otel as otlp_export
 from workload.locust.load_shape import install_shape
@@ -70,6 +80,8 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     if environment.runner is not None and role != "local":
         environment.runner.register_message(MSG_USER_DONE, _on_user_done)
         environment.runner.register_message(MSG_TRACE_DONE, _on_trace_done)
+    if role == "worker":
+        environment.runner.register_message(final_report.MSG_FINISH, final_report.on_finish)
     if role == "master":
         warmup.raise_heartbeat_tolerance()
     if environment.web_ui is not None:
@@ -103,6 +115,7 @@ def _on_test_start(environment: Any, **_kw: Any) -> None:
         return
 
     role = role_of(environment)
+    final_report.reset(environment)
     signals.install_signal_handlers(environment, role)
     try:
         spec = _spec_for(environment, role, previous)
@@ -268,6 +281,8 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
     restore_gc()
     rt = environment.agentload
     if rt is None:
+        if role_of(environment) == "worker" and environment.parsed_options is not None:
+            final_report.send_final(environment)  # nothing measured: the master waits for it
         return
     if getattr(rt.watcher, "sweep", None) is not None:
         rt.watcher.sweep()  # workers gone missing just before the stop count as lost
@@ -283,8 +298,12 @@ def _on_test_stop(environment: Any, **_kw: Any) -> None:
     if rt.role == "worker":
         if rt.writer is not None:
             rt.writer.close()
+        final_report.send_final(environment)  # the last delta, after the last record
         return
     rt.ended_iso = artifacts.iso_now()
+    if rt.role == "master":
+        # Every worker's last delta before the summary counts them (workload/locust/final_report)
+        rt.unreported = final_report.await_final_reports(environment, rt)
     # In the web UI a test can be stopped and started again: write what we have now
     # (after a moment, so the workers' last reports are merged).
     if environment.web_ui is not None and rt.planner is not None:
@@ -302,11 +321,12 @@ def _on_report_to_master(env: Any, client_id: str, data: dict, **_kw: Any) -> No
 
 def _on_worker_report(env: Any, client_id: str, data: dict, **_kw: Any) -> None:
     rt = env.agentload
-    if rt is None or "agentload" not in data:
+    if rt is None:
         return
-
-    rt.total.merge(Aggregate.from_dict(data["agentload"], slos_by_class=rt.slos))
-    live.take_report(env, client_id, data)
+    if "agentload" in data:
+        rt.total.merge(Aggregate.from_dict(data["agentload"], slos_by_class=rt.slos))
+        live.take_report(env, client_id, data)
+    final_report.note_report(rt, client_id, data)  # after its delta: nothing comes later
 
 
 def _on_quitting(environment: Any, **_kw: Any) -> None:
@@ -387,6 +407,7 @@ def _finish(rt: AgentRuntime) -> int:
     m = rt.measured()
     m.stop_signal = stop.signum
     m.lost_workers = list(stop.lost_workers)
+    m.unreported_workers = list(rt.unreported)
     m.settle = rt.role == "master"
     # Plain `locust -f` prints its own table after ours: our last line goes after it.
     m.defer_last_line = not _under_agentload_run(rt) and rt.env.web_ui is None

@@ -88,6 +88,10 @@ class AgentRuntime:
         self.progress: Any = None  # headless progress-line greenlet
         self.open_loop: Any = None  # workload.locust.open_loop.OpenLoop on local / worker
         self.watcher: Any = None  # master: the lost-worker watch (workload.locust.workers)
+        # master: workers whose final report came; those that sent none in time
+        # (workload.locust.final_report)
+        self.final_from: set[str] = set()
+        self.unreported: list[str] = []
         self.last_line = ""  # the console's last line, once the summary is written
         self.health: Any = None  # workload.locust.health.GeneratorHealth while a test runs
         # the users' work between requests waits for every ready socket to be read

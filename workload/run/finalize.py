@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from workload.observe.safe import redact_url
 from workload.report.console import console_table
 from workload.report.run_report import write_run_report
 from workload.run.load_summary import arrival_lines, load_summary, stage_lines
-from workload.run.reconcile import reconcile
+from workload.run.reconcile import reconciled
 from workload.run.replay import read_rows, trace_lines, trace_summary
 from workload.run.short_run import explain_unjudged, run_length_s
 from workload.stopping import exit_code_for_signal
@@ -59,6 +60,7 @@ class Measured:
     stop_signal: int | None = None  # the signal that stopped the run (None: it ran its course)
     lost_workers: list[dict[str, Any]] = field(default_factory=list)  # {worker, at, t_s, why}
     settle: bool = False  # wait for workers' last lines before counting them (distributed)
+    unreported_workers: list[str] = field(default_factory=list)  # no final report came
     defer_last_line: bool = False  # the caller prints `last_line` itself (after Locust's table)
     last_line: str = ""  # "agentload: exit N: why; artifacts in DIR"
     generator_health: dict[str, Any] | None = None  # workload.locust.health summary
@@ -79,12 +81,13 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
     """Write the run's summary artifacts; return the exit code.
 
     The summary counts what the JSONL files hold (`workload.run.reconcile`); every file is
-    written atomically; the console's last line gives the exit code and why.
+    written atomically; the console's last line gives the exit code and why. Long because
+    run.json's fields are listed here, in one place.
     """
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
-    agg = reconcile(m.total, out, m.slos, wait=m.settle)
-    m.total = agg
+    note = _count_what_was_written(m, out)
+    agg = m.total
     summary = agg.summary()
     slos = m.slos
     slo_results, code, why, partial_reason = _outcome(spec, m, agg, summary)
@@ -110,7 +113,7 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
     if spec.trace:
         summary["trace"] = _trace_block(spec, out, m.fingerprint, scrape, load["arrivals"])
     _fill_system_fingerprint(m.fingerprint, out)
-    artifacts.write_json(out / "stats.json", agg.to_dict())
+    artifacts.write_json(out / "stats.json", {**agg.to_dict(), "reconcile": note})
     artifacts.write_atomic(
         out / "junit.xml", slo.junit_xml(slo_results, suite_name=f"agentload.{spec.profile.name}")
     )
@@ -141,6 +144,7 @@ def finalize_run(spec: RunSpec, m: Measured) -> int:
         "partial": bool(partial_reason),
         "partial_reason": partial_reason,
         "lost_workers": list(m.lost_workers),
+        "reconcile": note,
         "exit_code": code,
         "exit_reason": why,
         "generator_health": m.generator_health,
@@ -242,6 +246,29 @@ def outcome_reason(
         noun = "SLO" if len(failed) == 1 else "SLOs"
         return f"{len(failed)} {noun} failed: {', '.join(parts)}{more}"
     return "ok"
+
+
+def _count_what_was_written(m: Measured, out: Path) -> dict[str, Any]:
+    """`m.total` becomes the aggregate that counts the JSONL files (`workload.run.reconcile`);
+    returns where its counts came from (stats.json's and run.json's ``reconcile``)."""
+    rec = reconciled(m.total, out, m.slos, wait=m.settle, unreported=m.unreported_workers)
+    if rec.note["why"]:
+        print(f"agentload: {_reconcile_line(rec.note)}", file=sys.stderr, flush=True)
+    m.total = rec.total
+    return rec.note
+
+
+def _reconcile_line(note: dict[str, Any]) -> str:
+    """Why the summary's counts are not the live ones (or why they are kept), and its ITL."""
+    if note["source"] != "files":
+        return str(note["why"])
+    itl = {
+        "complete": "complete (every successful request's gaps were counted live)",
+        "partial": f"partial ({note['itl_ok_requests']} of {note['ok_requests']} successful "
+        "requests; requests*.jsonl keeps each request's ITL summary)",
+        "none": "unavailable (no successful request was counted live)",
+    }[note["itl"]]
+    return f"{note['why']}; ITL {itl}"
 
 
 def _partial_reason(lost: list[dict[str, Any]]) -> str | None:
