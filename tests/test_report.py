@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -187,3 +188,28 @@ def test_terminal_escapes_from_server_strings_never_reach_the_pages(tmp_path):
         html = page.read_text()
         assert "\x1b" not in html and "\x07" not in html and "\x00" not in html
         assert "mx" in html  # the text around the escapes stays
+
+
+@pytest.mark.parametrize(
+    ("note", "expected"),
+    [
+        (
+            {"source": "files", "itl": "partial", "itl_ok_requests": 30, "ok_requests": 50},
+            "ITL is partial: its percentiles count the gaps of 30 of 50 successful requests",
+        ),
+        ({"source": "files", "itl": "none", "itl_ok_requests": 0}, "ITL is unavailable"),
+        ({"source": "files", "itl": "complete"}, None),
+        ({"source": "memory", "itl": "complete"}, None),
+        ("not a mapping", None),
+    ],
+)
+def test_run_report_says_when_a_rebuilt_summary_holds_part_of_the_itl(tmp_path, note, expected):
+    run = write_run(tmp_path / "r")
+    meta = json.loads((run / "run.json").read_text())
+    meta["reconcile"] = note
+    (run / "run.json").write_text(json.dumps(meta))
+    html = write_run_report(run, tmp_path / "x.html").read_text()
+    if expected is None:
+        assert "ITL is partial" not in html and "ITL is unavailable" not in html
+    else:
+        assert f"warning: {expected}" in html

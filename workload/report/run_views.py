@@ -166,7 +166,9 @@ def headline(data: RunData, summary: Mapping[str, Any]) -> dict[str, Any]:
         ),
         "reason": reason,
         "stopped": stopped,
-        "warnings": [w for w in (data.skipped_warning(), health_warning(run)) if w],
+        "warnings": [
+            w for w in (data.skipped_warning(), health_warning(run), reconcile_warning(run)) if w
+        ],
         "goodput_line": goodput_line(summary, has_slos=bool(slos or run.get("slos"))),
         "arrivals": arrivals_line(summary.get("arrivals")),
         "arrivals_loud": bool((summary.get("arrivals") or {}).get("fell_behind")),
@@ -232,6 +234,28 @@ def health_warning(run: Mapping[str, Any]) -> str:
         parts.append(f"event-loop lag max {fmt_ms(gh['loop_lag_ms_max'])} ms")
     seen = f" ({'; '.join(parts)})" if parts else ""
     return f"the load generator was busy{seen}: timings may be bent; add --workers"
+
+
+def reconcile_warning(run: Mapping[str, Any]) -> str:
+    """When the summary was rebuilt from the JSONL files (run.json ``reconcile``), say so, and
+    how much of the ITL it holds: the files keep no per-gap ITL, only the live counts do."""
+    note = run.get("reconcile")
+    if not isinstance(note, Mapping) or note.get("source") != "files":
+        return ""
+    live, ok = note.get("itl_ok_requests"), note.get("ok_requests")
+    itl = note.get("itl")
+    if itl == "partial" and isinstance(live, int) and isinstance(ok, int):
+        return (
+            f"ITL is partial: its percentiles count the gaps of {fmt_count(live)} of "
+            f"{fmt_count(ok)} successful requests (the rest reached the files but not the live "
+            "counts, e.g. a worker's last report was lost); every other figure counts all of them"
+        )
+    if itl == "none":
+        return (
+            "ITL is unavailable: no successful request reached the live counts, so no "
+            "inter-token gap was counted (requests*.jsonl keeps each request's ITL summary)"
+        )
+    return ""
 
 
 def goodput_line(summary: Mapping[str, Any], has_slos: bool = True) -> str:
