@@ -11,7 +11,7 @@ import pytest
 from tests.builders import ClassSpec, write_run
 from workload.analyze.bootstrap import quantile_sorted
 from workload.analyze.catalogue import VERDICT_BETTER, VERDICT_SAME, VERDICT_WORSE
-from workload.analyze.render import render_text
+from workload.analyze.render import input_warnings, render_text
 from workload.analyze.rundata import load_run
 from workload.analyze.thresholds import resolve_thresholds
 from workload.analyze.verdict import compare_runs
@@ -391,12 +391,12 @@ def test_corrupt_jsonl_lines_are_counted_and_warned(tmp_path):
     assert w is not None and "skipped 4 corrupt JSONL lines" in w and "requests.jsonl:2" in w
 
 
-def test_compare_text_warns_about_skipped_lines(tmp_path, base):
+def test_compare_warns_about_skipped_lines_on_stderr(tmp_path, base):
     b = write_run(tmp_path / "b", run_id="run-b", classes=_classes(30), noise_seed=2)
     with open(b / "requests.jsonl", "ab") as fh:
         fh.write(b"\x1b[2J{torn\n")
-    text = render_text(compare_runs(base, b))
-    assert "warning:" in text and "skipped 1 corrupt JSONL line" in text and "\x1b" not in text
+    (w,) = input_warnings(compare_runs(base, b))
+    assert "skipped 1 corrupt JSONL line" in w and "\x1b" not in w
 
 
 def _with_content(run, extra_ms: float) -> None:

@@ -100,3 +100,26 @@ def test_console_table_shows_first_visible_content_when_answers_reasoned():
     (line,) = [x for x in console_table(agg.summary()).splitlines() if "visible content" in x]
     assert "TTFT above counts hidden reasoning" in line
     assert "think p50 9" in line and "chat p50 41" in line and "overall p50" in line
+
+
+def test_no_inter_token_gaps_is_said_not_printed_as_a_dash():
+    """Every answer one chunk: the progress line said `ITL p95 - ms`; now it says why there
+    is no figure, and the table's "-" is explained under it (as the acceptance length's)."""
+    from tests.stats_builders import req
+
+    agg = Aggregate()
+    line = progress_line(agg, elapsed_s=1.0, users=2)
+    assert "TTFT p95 n/a (no answer yet)" in line and "ITL p95 n/a (no answer yet)" in line
+    for i in range(3):
+        agg.add_request(req(session_id=f"s{i}", itl_gaps_ms=[], completion_tokens=1))
+    line = progress_line(agg, elapsed_s=5.0, users=2)
+    assert "ITL p95 n/a (no inter-token gaps)" in line and "- ms" not in line
+    assert "TTFT p95 120 ms" in line
+    text = console_table(agg.summary())
+    assert "ITL p95 -: no inter-token gaps (every answer came in one chunk" in text
+    assert "acc.len -: the server reported no speculative decoding" in text
+    gaps = Aggregate()
+    gaps.add_request(req())
+    assert "ITL p95 12.0 ms" in progress_line(gaps, elapsed_s=5.0, users=2)
+    assert "no inter-token gaps" not in console_table(gaps.summary())
+    assert "no inter-token gaps" not in console_table(Aggregate().summary())  # nothing answered

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.builders import write_run
+from tests.stats_builders import req
 from workload.analyze.verdict import compare_runs
 from workload.cli.main import main as agentload_main
+from workload.measure.stats import Aggregate
 from workload.report.compare_report import write_compare_report
 from workload.report.run_report import write_run_report
 
@@ -213,3 +215,20 @@ def test_run_report_says_when_a_rebuilt_summary_holds_part_of_the_itl(tmp_path, 
         assert "ITL is partial" not in html and "ITL is unavailable" not in html
     else:
         assert f"warning: {expected}" in html
+
+
+def test_run_report_says_why_itl_has_no_figure(tmp_path):
+    """A run whose answers all came in one chunk: the summary's ITL cells are "-", and the
+    page says under the table that there were no inter-token gaps."""
+    run = write_run(tmp_path / "run")
+    meta = json.loads((run / "run.json").read_text())
+    for gaps, said in (([10.0, 12.0], False), ([], True)):
+        agg = Aggregate()
+        for i in range(3):
+            agg.add_request(req(session_id=f"s{i}", itl_gaps_ms=gaps))
+        meta["summary"] = agg.summary(60.0)
+        (run / "run.json").write_text(json.dumps(meta))
+        page = write_run_report(run).read_text()
+        note = "ITL -: no inter-token gaps (every answer came in one chunk, or none was streamed)"
+        assert (note in page) is said
+    assert re.search(r"<td>-</td>\s*<td>-</td>", page)  # ITL p50, p95

@@ -12,9 +12,11 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -289,3 +291,59 @@ def test_a_lost_worker_makes_the_run_partial(tmp_path: Path) -> None:
     last = stdout.strip().splitlines()[-1]
     assert last.startswith("agentload: exit 1: partial run"), last
     assert not _left_running(out)
+
+
+@pytest.mark.parametrize(
+    "sig, out",
+    [(signal.SIGINT, None), (signal.SIGTERM, "mine"), (signal.SIGTERM, "new/run")],
+    ids=["ctrl-c-runs-dir", "sigterm-users-out", "sigterm-new-nested-out"],
+)
+def test_an_idle_web_ui_stopped_leaves_nothing_behind(
+    tmp_path: Path, sig: signal.Signals, out: str | None
+) -> None:
+    """`agentload run --web`, never started from the page, then stopped: it left a
+    runs/<id>/ holding only spec.json. Now no directory it created is left, and a user's own
+    --out keeps exactly what it held; the exit code and the "nothing was measured" line stay."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    if out == "mine":
+        (cwd / "mine").mkdir()
+        (cwd / "mine" / "notes.txt").write_text("the user's own\n")
+    before = sorted(str(p.relative_to(cwd)) for p in cwd.rglob("*"))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workload.cli", "run", "--web", "--web-port", str(port),
+         "--sim-preset", "fast", *(["--out", out] if out else [])],
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 40
+        while True:
+            assert proc.poll() is None, proc.communicate()
+            url = f"http://127.0.0.1:{port}/"
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    break
+            assert time.monotonic() < deadline, "the web UI never answered"
+            time.sleep(0.3)
+        assert any(p.name == "spec.json" for p in cwd.rglob("*"))  # what it used to leave
+        os.killpg(proc.pid, sig)  # a terminal's Ctrl-C, or CI's SIGTERM
+        stdout, stderr = proc.communicate(timeout=40)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+    code = 130 if sig == signal.SIGINT else 143
+    assert proc.returncode == code, stderr[-2000:]
+    assert "Traceback" not in stderr + stdout
+    assert stderr.strip().splitlines()[-1] == (
+        f"agentload: exit {code}: interrupted ({sig.name}) before the run started; "
+        "nothing was measured"
+    )
+    assert sorted(str(p.relative_to(cwd)) for p in cwd.rglob("*")) == before
+    if out == "mine":
+        assert (cwd / "mine" / "notes.txt").read_text() == "the user's own\n"

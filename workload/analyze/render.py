@@ -368,9 +368,17 @@ def _closing_lines(c: Comparison) -> list[str]:
         lines += ["", "Where else:"] + [f"  {w}" for w in c.where[2:]]
     for w in c.warnings:
         lines.append(f"warning: {sanitize(w)}")
-    for run in (c.run_a, c.run_b):
-        skipped = run.skipped_warning() if hasattr(run, "skipped_warning") else None
-        if skipped:
-            lines.append(f"warning: {sanitize(skipped)}")
     lines += ["", f"VERDICT: {c.verdict.upper()} (exit {c.exit_code})"]
+    return lines
+
+
+def input_warnings(c: Comparison) -> list[str]:
+    """One line per run whose files held something left out (corrupt JSONL lines,
+    wrong-typed fields or values): what `compare` and `canary` print on stderr, and
+    compare.html shows with its warnings."""
+    lines = []
+    for run in (c.run_a, c.run_b):
+        w = run.skipped_warning() if hasattr(run, "skipped_warning") else None
+        if w:
+            lines.append(sanitize(w))
     return lines

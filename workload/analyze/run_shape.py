@@ -106,12 +106,16 @@ def checked_run(
     return out if isinstance(out, dict) else {}
 
 
-def _kind(value: object) -> str:
+def kind_of(value: object) -> str:
+    """How a warning names a value's type: "a str", "a list", "an object", "null"."""
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):
         return "a list"
-    return "null" if value is None else f"a {type(value).__name__}"
+    if value is None:
+        return "null"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _want(shape: Any) -> str:
@@ -119,7 +123,8 @@ def _want(shape: Any) -> str:
         return "an object"
     if isinstance(shape, List) or shape is list:
         return "a list"
-    names = ["number" if t in NUM else t.__name__ for t in shape if t is not type(None)]
+    word = {int: "number", float: "number", dict: "an object", list: "a list"}
+    names = [word.get(t, t.__name__) for t in shape if t is not type(None)]
     return " or ".join(dict.fromkeys(names))
 
 
@@ -136,7 +141,7 @@ def _fits(value: object, shape: Any) -> bool:
 
 def _check(value: Any, shape: Any, path: str, problems: list[str]) -> Any:
     if not _fits(value, shape):
-        problems.append(f"{path} is {_kind(value)}, not {_want(shape)}: left out")
+        problems.append(f"{path} is {kind_of(value)}, not {_want(shape)}: left out")
         return _DROP
     if isinstance(shape, dict):
         out = {}
@@ -173,6 +178,7 @@ _ROW_TEXT = (
     "content_hash",
     "planned_tool",
     "arrival_stream",
+    "tool_loop_failure",
 )
 _ROW_NUM = (
     "step",
@@ -197,6 +203,7 @@ _ROW_NUM = (
     "arrival_index",
     "worst_ttft_ms",
     "trace_index",
+    "ttft_content_ms",
 )
 ROW_SHAPE: dict[str, Any] = {
     **{k: MAYBE_TEXT for k in _ROW_TEXT},
@@ -207,18 +214,46 @@ ROW_SHAPE: dict[str, Any] = {
     "slo_met": (bool, type(None)),
     "stream": (bool, type(None)),
 }  # fmt: skip
+# tool_calls: what the server returned, as a list of calls in a request row, a count in a
+# session row
+REQUEST_SHAPE: dict[str, Any] = {**ROW_SHAPE, "tool_calls": (list, type(None))}
+SESSION_SHAPE: dict[str, Any] = {**ROW_SHAPE, "tool_calls": MAYBE_NUM}
 
 
-def checked_rows(rows: list[dict[str, Any]], where: str, problems: list[str]) -> None:
+def row_types(requests: bool) -> dict[str, frozenset[type]]:
+    """Per row field, the types agentload writes there (bool only where named: a count is
+    never True), as a set to test a column's `set(map(type, values))` against."""
+    shape = REQUEST_SHAPE if requests else SESSION_SHAPE
+    return {k: frozenset(v) for k, v in shape.items()}
+
+
+def values_left_out(where: str, bad: dict[str, tuple[int, str]], requests: bool) -> str:
+    """One line for the wrong-typed values left out of a file: how many, and per field
+    how many and of what type ("requests.jsonl: left out 5 wrong-typed values: ttft_ms
+    4 (a str, not number), itl_ms 1 (an int, not an object)")."""
+    shape = REQUEST_SHAPE if requests else SESSION_SHAPE
+    n = sum(c for c, _ in bad.values())
+    fields = ", ".join(f"{k} {c} ({kind}, not {_want(shape[k])})" for k, (c, kind) in bad.items())
+    return f"{where}: left out {n} wrong-typed value{'s' if n != 1 else ''}: {fields}"
+
+
+def count_wrong(bad: dict[str, tuple[int, str]], key: str, n: int, kind: str) -> None:
+    """Add `n` wrong-typed values of `key` to `bad` (the kind named is the first one met)."""
+    old = bad.get(key)
+    bad[key] = (old[0] + n, old[1]) if old else (n, kind)
+
+
+def checked_rows(
+    rows: list[dict[str, Any]], where: str, problems: list[str], *, requests: bool = True
+) -> None:
     """Leave out (in place) every field of `rows` whose type agentload never writes there;
-    one line per field name in `problems` ("requests.jsonl: e2e_ms is a str in 3 rows")."""
+    one line for the file in `problems` (`values_left_out`) when any was."""
+    shape = REQUEST_SHAPE if requests else SESSION_SHAPE
     bad: dict[str, tuple[int, str]] = {}
     for row in rows:
-        for k, shape in ROW_SHAPE.items():
-            if k in row and not _fits(row[k], shape):
-                n, kind = bad.get(k, (0, _kind(row[k])))
-                bad[k] = (n + 1, kind)
+        for k, want in shape.items():
+            if k in row and not _fits(row[k], want):
+                count_wrong(bad, k, 1, kind_of(row[k]))
                 del row[k]
-    for k, (n, kind) in bad.items():
-        problems.append(f"{where}: {k} is {kind}, not {_want(ROW_SHAPE[k])}, in {n} "
-                        f"row{'s' if n != 1 else ''}: left out")  # fmt: skip
+    if bad:
+        problems.append(values_left_out(where, bad, requests))

@@ -48,6 +48,7 @@ class RunData:
         block_durations: dict[str, float | None] | None = None,
         rows: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None,
         left_out: list[str] | None = None,
+        values_left_out: list[str] | None = None,
     ) -> None:
         self.path = path
         self.run = run
@@ -63,6 +64,8 @@ class RunData:
         self._rows = rows
         # "run.json.FIELD is a str, not an object: left out" per wrong-typed field (run_shape)
         self.left_out = left_out or []
+        # one line per JSONL file with wrong-typed values left out (run_shape.values_left_out)
+        self.values_left_out = values_left_out or []
 
     def _dicts(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         if self._rows is None:
@@ -85,8 +88,9 @@ class RunData:
         return len(self.skipped)
 
     def skipped_warning(self) -> str | None:
-        """One warning line about corrupt lines and wrong-typed run.json fields left out, or
-        None when there were none."""
+        """One warning line about corrupt lines, wrong-typed run.json fields and wrong-typed
+        JSONL values left out (every file named, with its fields and counts), or None when
+        there were none."""
         parts = []
         if self.skipped:
             more = f" (and {len(self.skipped) - 1} more)" if len(self.skipped) > 1 else ""
@@ -99,6 +103,7 @@ class RunData:
             more = f" (and {n - 1} more)" if n > 1 else ""
             parts.append(f"left out {n} wrong-typed field{'s' if n != 1 else ''}: "
                          f"{self.left_out[0]}{more}")  # fmt: skip
+        parts += self.values_left_out
         return f"{self.path}: {'; '.join(parts)}" if parts else None
 
     @property
@@ -158,13 +163,13 @@ def _read_rows(path: Path, blocks: list[str]) -> tuple[list[dict[str, Any]], lis
     if not blocks:
         reqs, sess = _rows(path, "requests", []), _rows(path, "sessions", [])
         checked_rows(reqs, "requests.jsonl", [])
-        checked_rows(sess, "sessions.jsonl", [])
+        checked_rows(sess, "sessions.jsonl", [], requests=False)
         return reqs, sess
     out: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
     for b in blocks:
         for kind, dest in (("requests", out[0]), ("sessions", out[1])):
             rows = _rows(path / b, kind, [])
-            checked_rows(rows, f"{b}/{kind}.jsonl", [])
+            checked_rows(rows, f"{b}/{kind}.jsonl", [], requests=kind == "requests")
             for r in rows:
                 dest.append({**r, "session_id": f"{b}:{r.get('session_id', '')}"})
     return out
@@ -187,7 +192,8 @@ def _load_one(run_dir: Path, rows: bool = False) -> RunData:
         raise CompareError(f"{run_dir}/run.json: unreadable ({e})") from None
     if not isinstance(run, dict):
         raise CompareError(f"{run_dir}/run.json: not a JSON object")
-    left_out: list[str] = []
+    left_out: list[str] = []  # run.json fields
+    values: list[str] = []  # per JSONL file, its wrong-typed values
     run = checked_run(run, left_out, f"{run_dir.name}/run.json")
     stats = None
     if (run_dir / "stats.json").exists():
@@ -200,12 +206,16 @@ def _load_one(run_dir: Path, rows: bool = False) -> RunData:
     keep: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = ([], []) if rows else None
     reqs = _columns(run_dir, "requests", skipped, keep[0] if keep else None)
     sess = _columns(run_dir, "sessions", skipped, keep[1] if keep else None)
-    if keep:  # the rows as dicts feed the report's views: checked like the columns are
-        checked_rows(keep[0], f"{run_dir.name}/requests.jsonl", left_out)
-        checked_rows(keep[1], f"{run_dir.name}/sessions.jsonl", left_out)
+    where = (f"{run_dir.name}/requests.jsonl", f"{run_dir.name}/sessions.jsonl")
+    if keep:  # the rows as dicts feed the report's views: checked field by field (the
+        # columns' fields among them, so the same counts)
+        checked_rows(keep[0], where[0], values)
+        checked_rows(keep[1], where[1], values, requests=False)
+    else:  # the columns' own count of what they left out
+        values += [w for w in (reqs.wrong_line(where[0]), sess.wrong_line(where[1])) if w]
     return RunData(
         run_dir, run, reqs, sess, metrics, stats, _duration(run), skipped, rows=keep,
-        left_out=left_out,
+        left_out=left_out, values_left_out=values,
     )  # fmt: skip
 
 
@@ -232,6 +242,7 @@ def load_run(path: Path | str, *, rows: bool = False) -> RunData:
     run["blocks"] = [b.name for b in blocks]
     skipped = [w for d in parts for w in d.skipped]
     left_out = [w for d in parts for w in d.left_out]
+    values = [w for d in parts for w in d.values_left_out]
     bd = {b.name: d.duration_s for b, d in zip(blocks, parts, strict=True)}
     reqs = Columns.merge([(b.name, d.req_cols) for b, d in zip(blocks, parts, strict=True)])
     sess = Columns.merge([(b.name, d.sess_cols) for b, d in zip(blocks, parts, strict=True)])
@@ -242,7 +253,7 @@ def load_run(path: Path | str, *, rows: bool = False) -> RunData:
             for src, dest in ((d.requests, keep[0]), (d.sessions, keep[1])):
                 dest.extend({**r, "session_id": f"{b.name}:{r.get('session_id', '')}"} for r in src)
     dur = sum(durs) if durs else None
-    return RunData(path, run, reqs, sess, mets, None, dur, skipped, bd, keep, left_out)
+    return RunData(path, run, reqs, sess, mets, None, dur, skipped, bd, keep, left_out, values)
 
 
 # requests*.jsonl per run from which `load_pair` reads the two runs at once (about 250,000

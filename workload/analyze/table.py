@@ -12,6 +12,9 @@ them (`Rows`).
 
 Missing values follow the dict readers they replace: a latency is NaN where the row
 is not ok or the value is not a finite number (estimate._latency), and so on per column.
+A value of a type agentload never writes in its field (a hand-edited or damaged file:
+`"ttft_ms": "fast"`) is left out, read as if the field were absent, and counted per
+field (`Columns.wrong`), so the reader can say so in one line (run_shape).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
+
+from workload.analyze.run_shape import count_wrong, kind_of, row_types, values_left_out
 
 STATUS_CODES = {"ok": 0, "cancelled": 2}  # anything else: 1 (failed)
 OUTCOME_CODES = {"completed": 0, "tool_loop_failure": 1, "cancelled": 2}  # None: -1, other: 3
@@ -112,6 +117,9 @@ class Columns:
         self.error_counts: dict[tuple[Any, Any], int] = {}
         self.spec_hists: dict[Any, list[int]] = {}
         self.loops: dict[tuple[str, int], tuple[float, int, dict[str, Any]]] = {}
+        # wrong-typed values left out: field -> (how many, the first one's type)
+        self.wrong: dict[str, tuple[int, str]] = {}
+        self._types = row_types(req)
 
     @classmethod
     def of(cls, rows: Iterable[dict[str, Any]], req: bool) -> Columns:
@@ -133,9 +141,15 @@ class Columns:
             except KeyError:
                 got = {}
 
+        seen: dict[str, Sequence[Any]] = {}
+
         def col(key: str, default: Any = None) -> Sequence[Any]:
-            v = got.get(key)
-            return v if v is not None else [r.get(key, default) for r in rows]
+            v = seen.get(key)
+            if v is None:
+                v = got.get(key)
+                v = self._typed(key, v if v is not None else [r.get(key, default) for r in rows], default)  # fmt: skip
+                seen[key] = v
+            return v
 
         c: dict[str, np.ndarray] = {}
         c["sid"] = _codes(col("session_id", ""), self.ids)
@@ -166,26 +180,43 @@ class Columns:
         c["ptok"] = _floats([x or 0 for x in col("prompt_tokens")], None)
         c["sd_draft"], c["sd_acc"] = np.zeros(n), np.zeros(n)
         c["sd_len"] = np.full(n, math.nan)
+        classes = col("user_class")
         for i, sd in enumerate(col("spec_decode")):
             if isinstance(sd, dict):
-                self._spec(rows[i], sd, c, i)
+                self._spec(classes[i], sd, c, i)
         calls = col("tool_calls")
         c["tool"] = _ints([bool(x) for x in calls], bool)
         c["ntool"] = _ints([len(x) if isinstance(x, (list, dict, str)) else 0 for x in calls])
         c["stream"] = _ints([bool(x) for x in col("stream", True)], bool)
         c["content"] = _ints([_hash60(x) for x in col("content_hash")])
+        kinds = col("error_kind")
         for i in np.flatnonzero(bad).tolist():
-            r = rows[i]
-            ek = (_key(r.get("user_class")), _key(r.get("error_kind") or r.get("status") or "unknown"))  # fmt: skip
+            ek = (_key(classes[i]), _key(kinds[i] or status[i] or "unknown"))
             self.error_counts[ek] = self.error_counts.get(ek, 0) + 1
-        for i, (x, e) in enumerate(zip(col("tool_loop_failure"), col("error_kind"), strict=True)):
+        for i, (x, e) in enumerate(zip(col("tool_loop_failure"), kinds, strict=True)):
             if x or e == "tool_loop":
                 self._loop(rows[i], self.n + i)
         self._append(c, n)
 
-    def _spec(
-        self, r: dict[str, Any], sd: dict[str, Any], c: dict[str, np.ndarray], i: int
-    ) -> None:
+    def _typed(self, key: str, vals: Sequence[Any], default: Any) -> Sequence[Any]:
+        """`vals` with each value of a type agentload never writes in `key` as `default` (as
+        if absent), counted in `wrong`; `vals` itself when every value fits (one C-level
+        pass over their types)."""
+        types = self._types.get(key)
+        if types is None or set(map(type, vals)) <= types:
+            return vals
+        out = list(vals)
+        for i, v in enumerate(out):
+            if type(v) not in types:
+                count_wrong(self.wrong, key, 1, kind_of(v))
+                out[i] = default
+        return out
+
+    def wrong_line(self, where: str) -> str | None:
+        """One line naming the wrong-typed values left out of `where`, None when none were."""
+        return values_left_out(where, self.wrong, self.req) if self.wrong else None
+
+    def _spec(self, cls: Any, sd: dict[str, Any], c: dict[str, np.ndarray], i: int) -> None:
         try:
             if sd.get("num_draft_tokens"):
                 c["sd_draft"][i] = float(sd["num_draft_tokens"])
@@ -197,7 +228,7 @@ class Columns:
             c["sd_len"][i] = float(v)
         h = sd.get("acceptance_histogram")
         if isinstance(h, list):
-            add_histogram(self.spec_hists.setdefault(_key(r.get("user_class")), []), h)
+            add_histogram(self.spec_hists.setdefault(_key(cls), []), h)
 
     def _loop(self, r: dict[str, Any], at: int) -> None:
         try:

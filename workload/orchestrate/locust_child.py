@@ -6,7 +6,9 @@ simulator starts when no --host is given, the target and profile are checked
 (`preflight`), the spec is written to `RUN_DIR/spec.json`, and Locust runs as a child
 (`python -m workload.locust.launch`, quiet on an early Ctrl-C) with `--agent-spec-file`
 naming it: no spec on any command line. Stop signals reach it through
-`workload.stopping.run_child`. Capacity steps start the same child (`locust_argv`).
+`workload.stopping.run_child`. A run that never started (the web UI stopped before its
+first test) removes its spec.json and the directories it created. Capacity steps start
+the same child (`locust_argv`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from workload.orchestrate.preflight import preflight
 from workload.orchestrate.simhost import start_embedded_sim
 from workload.run.checks import check_out_dir, check_workers, run_dir_lock
 from workload.run.options import OPTIONS
-from workload.run.spec import RunSpec, write_spec
+from workload.run.spec import SPEC_FILE, RunSpec, write_spec
 from workload.stopping import ignore_stops, run_child
 
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "locust" / "locustfile.py"
@@ -91,15 +93,49 @@ def run_locust(spec: RunSpec) -> int:
         preflight(spec)
         # Created only now (the run will start), and locked before anything in it is checked
         # or removed (--overwrite): a second run into it is refused, never interleaved.
+        created, held = _missing_dirs(out), _names(out)
         with run_dir_lock(out):
             check_out_dir(out, overwrite=spec.overwrite)
             spec_file = write_spec(spec, out)
             code = run_child(locust_argv(spec, spec_file), out, measured=lambda: _measured(out))
         ignore_stops()  # over: only the simulator's stop is left
+        if SPEC_FILE not in held:
+            _remove_if_unused(out, held, created)
         return code
     finally:
         if sim is not None:
             sim.stop()
+
+
+def _missing_dirs(out: Path) -> list[Path]:
+    """`out` and those of its parents that do not exist yet, deepest first: what this run
+    creates, and so the most it may remove."""
+    missing = []
+    for d in [out, *out.parents]:
+        if d.exists():
+            break
+        missing.append(d)
+    return missing
+
+
+def _names(d: Path) -> set[str]:
+    """The names in directory `d` (none when it does not exist or cannot be read)."""
+    with contextlib.suppress(OSError):
+        return {p.name for p in d.iterdir()}
+    return set()
+
+
+def _remove_if_unused(out: Path, held: set[str], created: list[Path]) -> None:
+    """A run that never started (a web UI stopped before its first test, a stop while Locust
+    started) leaves nothing behind: when its spec.json is all it added to `out` (which held
+    `held` before), the spec is removed, and so are the directories this run created, once
+    empty. What `out` held before stays as it was."""
+    with contextlib.suppress(OSError):
+        if _names(out) != held | {SPEC_FILE}:
+            return
+        (out / SPEC_FILE).unlink()
+        for d in created:
+            d.rmdir()  # only an empty one; the first that is not ends it
 
 
 def _measured(out: Path) -> bool:

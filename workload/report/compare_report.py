@@ -14,7 +14,7 @@ from workload.analyze.catalogue import (
     MetricDiff,
 )
 from workload.analyze.comparison import Comparison
-from workload.analyze.render import fmt_change, fmt_threshold, fmt_value, headline
+from workload.analyze.render import fmt_change, fmt_threshold, fmt_value, headline, input_warnings
 from workload.report.blocks import block_rows, side_header, side_summary, slo_failure_count
 from workload.report.run_charts import run_charts
 from workload.report.views import SUMMARY_COLUMNS, fmt_num, render_page, summary_rows
@@ -94,7 +94,7 @@ def write_compare_report(comparison: Comparison, out: Path) -> Path:
             "steps": [_metric_row(m) for m in steps],
             "summary_a": summary_rows(sa),
             "summary_b": summary_rows(sb),
-            "warnings": c.warnings,
+            "warnings": [*c.warnings, *input_warnings(c)],
             "errors": _error_rows(c),
             "server": _server_rows(c),
         },

@@ -76,9 +76,10 @@ def console_table(summary: Mapping[str, Any], history: str = "scripted") -> str:
             lines.append("  ".join("-" * w for w in widths))
     cancelled = summary["overall"].get("cancelled") or 0
     note = f"; reqs include {cancelled} cancelled when the run stopped" if cancelled else ""
+    absent = "".join(f"\n{w}" for w in absent_figures(summary["overall"], short=True))
     return (
         "\n".join(lines)
-        + f"\n(latencies in ms{note})\n{TABLE_KEY}"
+        + f"\n(latencies in ms{note}){absent}\n{TABLE_KEY}"
         + content_line(summary)
         + tool_line(summary["overall"], history)
     )
@@ -106,6 +107,33 @@ TABLE_KEY = (
     "goodput req/sess = share of requests / sessions that met every SLO "
     "(see docs/metrics.md)"
 )
+
+
+NO_GAPS = "no inter-token gaps (every answer came in one chunk, or none was streamed)"
+NO_SPEC = "the server reported no speculative decoding"
+
+
+def absent_figures(view: Mapping[str, Any], *, short: bool = False) -> list[str]:
+    """Why a column of a run that answered shows no figure ("-"): ITL with no gap between
+    two content chunks, an acceptance length without speculative decoding (`short`: the
+    console table's column names)."""
+    if not view.get("ok"):
+        return []  # nothing answered: every figure is absent, and the table says why
+    out = []
+    if not (view.get("itl_ms") or {}).get("count"):
+        out.append(f"{'ITL p95' if short else 'ITL'} -: {NO_GAPS}")
+    if (view.get("spec_decode") or {}).get("acceptance_length_token_weighted") is None:
+        out.append(f"{'acc.len' if short else 'acc. length, draft acc.'} -: {NO_SPEC}")
+    return out
+
+
+def _p95(label: str, stats: Mapping[str, Any] | None, answered: bool, why: str) -> str:
+    """'ITL p95 12.5 ms', or 'ITL p95 n/a (why)' without a sample ('no answer yet' before
+    the first)."""
+    p = (stats or {}).get("p95")
+    if p is not None:
+        return f"{label} {_ms(p)} ms"
+    return f"{label} n/a ({why if answered else 'no answer yet'})"
 
 
 def tool_calls_text(planned: int, returned: int, history: str) -> str:
@@ -191,6 +219,7 @@ def progress_line(
     return (
         f"[{elapsed_s:6.0f}s] {'open loop' if users is None else f'users {users}'} | reqs {v['requests']} ok {v['ok']} "
         f"err {_pct(v.get('error_ratio'))} | sessions {s['completed']}/{s['finished']} done | "
-        f"TTFT p95 {_ms(v['ttft_ms'].get('p95'))} ms | ITL p95 {_ms(v['itl_ms'].get('p95'))} ms | "
+        f"{_p95('TTFT p95', v['ttft_ms'], bool(v['ok']), 'no streamed answer')} | "
+        f"{_p95('ITL p95', v['itl_ms'], bool(v['ok']), 'no inter-token gaps')} | "
         f"out {'-' if tps is None else f'{tps:.0f}'} tok/s"
     )

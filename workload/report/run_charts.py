@@ -308,8 +308,10 @@ def _acceptance_by_kind(data: RunData, classes: list[str]) -> Chart:
                if (c, tool) in sums]  # fmt: skip
         if pts:
             series.append(Series(kind, pts, PALETTE[4 + j]))
+    # pooled 1 + Σa/Σs, said in words: the symbols are defined only further down the page
+    note = "1 + accepted draft tokens / spec steps, per class (see Speculative decoding)"
     return bar_chart("Spec-decode acceptance length by request kind", list(classes), series,
-                     "tokens / spec step", "pooled 1 + Σa/Σs per class")  # fmt: skip
+                     "tokens / spec step", note)  # fmt: skip
 
 
 TIMELINE_ROWS = 16

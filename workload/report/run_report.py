@@ -8,6 +8,7 @@ from pathlib import Path
 from workload.analyze.rundata import RunData, load_run
 from workload.measure.artifacts import write_atomic
 from workload.report.charts import Chart
+from workload.report.console import absent_figures
 from workload.report.run_charts import agent_charts, run_charts
 from workload.report.run_views import (
     fingerprint_groups,
@@ -128,6 +129,7 @@ def write_run_report(run_dir: Path, out: Path | None = None) -> Path:
         spec_means=_spec_means(summary),
         fingerprint=fingerprint_groups(data.run),
         trace_rows=trace_rows(data.run),
+        summary_notes=absent_figures(summary.get("overall") or {}),
         charts=_charts(data, summary, classes),
         comparison=None,
     )

@@ -108,8 +108,10 @@ COLUMN_HELP = {
     "TTFT p50": "Time to first token (ms), successful requests; HDR percentile.",
     "TTFT p95": "Time to first token (ms), successful requests; HDR percentile.",
     "TTFT p99": "Time to first token (ms), successful requests; HDR percentile.",
-    "ITL p50": "Inter-token latency (ms) per gap between content chunks.",
-    "ITL p95": "Inter-token latency (ms) per gap between content chunks.",
+    "ITL p50": "Inter-token latency (ms) per gap between content chunks; - when there was no "
+    "gap (every answer in one chunk, or none streamed).",
+    "ITL p95": "Inter-token latency (ms) per gap between content chunks; - when there was no "
+    "gap (every answer in one chunk, or none streamed).",
     "TPOT p50": "Time per output token after the first: (E2E - TTFT) / (tokens - 1), ms.",
     "E2E p50": "Whole request, first byte sent to last byte read (ms).",
     "E2E p95": "Whole request, first byte sent to last byte read (ms).",
