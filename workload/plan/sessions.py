@@ -238,7 +238,9 @@ class Session:
         return stable_key(self._key, *parts)
 
     def next_step(self) -> StepRequest | None:
-        """The next request to send, or None when the session is over (see outcome)."""
+        """The next request to send, or None when the session is over (see outcome).
+
+        Long because a step's plan reads in order: retry, turn, rebuild, output, shapes, cache."""
         self._due = ([], [])
         if self.outcome is not None:
             return None
