@@ -20,6 +20,7 @@ from workload.plan.traces import (
 
 FIX = Path(__file__).parent / "fixtures" / "traces"
 ROUNDS = FIX / "tracelab_round_trace.jsonl"
+NESTED = FIX / "nested_subagents.jsonl"  # make_nested_subagents.py: subagents 2 levels deep
 
 
 def _rows(trace):
@@ -67,6 +68,33 @@ def test_subagents_fit_a_child_class_the_parent_spawns_and_joins(tmp_path: Path)
     assert parent["subagents"]["probability"] == 1.0
     assert rows["subagents per session"]["trace"] == 1.0
     assert rows["subagents per session"]["met"] and rows["rounds per subagent"]["met"]
+
+
+def test_nested_subagents_fit_one_class_per_depth_and_generate_each_depth():
+    trace = read_agent_trace(NESTED)
+    prof, rows = _rows(trace)
+    top, sub, grand = (prof["classes"][n] for n in (
+        "claude-opus-4-8", "claude-sonnet-4-6-subagent", "claude-sonnet-4-6-subagent-depth2"))  # fmt: skip
+    assert top["subagents"]["class_name"] == "claude-sonnet-4-6-subagent"
+    assert top["subagents"]["count"] == 2.0  # two Task calls in one round
+    assert sub["subagents"]["class_name"] == "claude-sonnet-4-6-subagent-depth2"
+    assert sub["fixed_count"] == grand["fixed_count"] == 0 and "subagents" not in grand
+    # the depth-1 class spawns in 5 of its 8 sessions' 24 non-last rounds
+    assert sub["subagents"]["probability"] == pytest.approx(5 / 24, abs=1e-6)
+    assert (sub["steps"], grand["steps"]) == (4.0, 3.0)
+    assert rows["subagents per session, depth 1"]["trace"] == 2.0
+    assert rows["subagents per session, depth 2"]["trace"] == 1.25
+    for stat in (
+        "subagents per session",
+        "subagents per session, depth 1",
+        "subagents per session, depth 2",
+        "rounds per subagent, depth 1",
+        "rounds per subagent, depth 2",
+        "appended per round (tokens)",
+    ):
+        assert rows[stat]["met"], rows[stat]
+    # the generated sessions reach depth 2 and no deeper (the deepest class spawns none)
+    assert set(profile_stats(prof, 40)["by_depth"]) == {1, 2}
 
 
 def test_cli_fit_writes_a_loadable_profile_and_prints_both_sides(tmp_path: Path, capsys):

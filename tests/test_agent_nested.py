@@ -54,7 +54,7 @@ def test_without_agent_ids_the_innermost_task_call_that_spans_it_ran_it(tmp_path
     assert t.sessions["S/agent-a1"][0].parent == "S"
 
 
-def test_import_says_how_many_were_nested_and_fit_says_it_fits_one_level(tmp_path, capsys):
+def test_import_says_how_many_were_nested_and_fit_gives_each_depth_its_class(tmp_path, capsys):
     src = _write(tmp_path / "S.jsonl", _nested())
     assert main_trace(["import", "auto", str(src), "-o", str(tmp_path / "n.jsonl")]) == 0
     out = capsys.readouterr().out
@@ -62,8 +62,12 @@ def test_import_says_how_many_were_nested_and_fit_says_it_fits_one_level(tmp_pat
     back = read_agent_trace(tmp_path / "n.jsonl")  # the agent-session format keeps the links
     assert back.sessions["S/agent-a2"][0].parent == "S/agent-a1" and nested_subagents(back) == 1
     assert main_trace(["fit", str(tmp_path / "n.jsonl"), "-o", str(tmp_path / "f.yaml")]) == 0
-    note = capsys.readouterr().out.splitlines()[-1]
-    assert note.startswith("note: 1 subagent(s) of the trace were run by a subagent")
+    text = capsys.readouterr().out
+    assert "note:" not in text and "subagents per session, depth 2" in text
     prof = yaml.safe_load((tmp_path / "f.yaml").read_text())
-    (sub,) = [c for c in prof["classes"].values() if c.get("fixed_count") == 0]
-    assert "subagents" not in sub  # a profile has one level of subagents
+    top = next(c for c in prof["classes"].values() if c.get("weight"))
+    sub = prof["classes"][top["subagents"]["class_name"]]
+    assert sub["fixed_count"] == 0 and sub["subagents"]["tool"] == "Task"
+    grand = prof["classes"][sub["subagents"]["class_name"]]
+    assert grand["fixed_count"] == 0 and "subagents" not in grand
+    assert "depth 2" in grand["description"]

@@ -47,15 +47,32 @@ def test_a_loss_rewrites_the_history_from_that_many_tokens_before_the_previous_p
     assert st.prompt_tokens_est == prev_st.prompt_tokens_est + 200 + 50 + 2 * MSG_OVERHEAD
 
 
-def test_a_loss_past_the_history_rewrites_it_all_but_never_the_system_prompt():
+def test_a_loss_past_the_whole_prompt_rewrites_the_system_prompt_and_keeps_the_history():
     p = make({"classes": {"agent": {"context": {"cache_loss_tokens": 10**6}}}})
     steps = play(p.new_session("agent", 0, 0))
-    prefix = p.classes["agent"].prefix_tokens
     for (_, prev), (st, cur) in zip(steps, steps[1:], strict=False):
-        assert cur["messages"][0] == prev["messages"][0]  # the class's system prompt
-        assert cur["messages"][1]["content"] != prev["messages"][1]["content"]
-        assert TOK.count(cur["messages"][1]["content"]) == 123
-        assert st.cacheable_tokens_est == prefix + MSG_OVERHEAD
+        a, b = prev["messages"][0]["content"], cur["messages"][0]["content"]
+        assert a != b and TOK.count(b) == TOK.count(a) == 500  # new bytes, the same size
+        # the history keeps its bytes: the change before it makes it a miss
+        assert cur["messages"][1 : len(prev["messages"])] == prev["messages"][1:]
+        assert st.cacheable_tokens_est == MSG_OVERHEAD  # only the system role header
+
+
+def test_a_loss_into_the_system_prompt_cuts_it_there_and_the_session_keeps_the_cut():
+    prefix = _chat(0).classes["chat"].prefix_tokens
+    # step 1 sent the prefix and user 1 (50 tokens): this loss starts 300 tokens into the
+    # system prompt's text (500 tokens, after its role header) on step 2
+    p = _chat(prefix + 50 + MSG_OVERHEAD - (MSG_OVERHEAD + 300))
+    (s1, b1), (s2, b2), (s3, b3) = play(p.new_session("chat", 0, 0))
+    assert s2.cacheable_tokens_est == MSG_OVERHEAD + 300
+    a, b = b1["messages"][0]["content"], b2["messages"][0]["content"]
+    assert a != b and TOK.count(b) == 500 and abs(_common_tokens(a, b) - 300) <= 1
+    assert b2["messages"][1] == b1["messages"][1]  # the history keeps its bytes
+    # step 3's loss falls in the history: the session's own system prompt is served
+    assert b3["messages"][0]["content"] == b
+    assert prefix < s3.cacheable_tokens_est < s2.prompt_tokens_est
+    # other sessions of the class still send the class's prompt
+    assert play(p.new_session("chat", 1, 0))[0][1]["messages"][0]["content"] == a
 
 
 def test_a_tool_call_is_kept_whole_and_a_negative_loss_reaches_into_the_answer():

@@ -42,6 +42,10 @@ from tests.profile_builders import problems, write
             "history: actual\ntools: {t: {}}\nclasses: {a: {tools: [t], request: {endpoint: completions}}}\n",
             ["endpoint"],
         ),
+        (
+            "classes:\n  a: {subagents: {class_name: b}}\n  b: {fixed_count: 0, subagents: {class_name: a}}\n",
+            ["classes.b.subagents.class_name", "cycle (a -> b -> a)"],
+        ),
     ],
 )
 def test_error_lines(tmp_path, text, needles):

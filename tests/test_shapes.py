@@ -7,7 +7,7 @@ import pytest
 
 from tests.test_sessions import make, ok, play
 from workload.plan.loading import ProfileError, validate_profile
-from workload.plan.shapes import MAX_FANOUT
+from workload.plan.shapes import MAX_FANOUT, MAX_SUBAGENT_DEPTH
 
 SLOW = {"latency_s": 3.0, "result_tokens": 50, "parameters": {"type": "object"}}
 PARALLEL = {
@@ -144,8 +144,9 @@ def test_a_subagent_class_plays_no_users_of_its_own():
                 "agent": {"subagents": {"class_name": "chat"}},
                 "chat": {"subagents": {"class_name": "agent"}},
             },
-            "one level of subagents",
+            "spawn in a cycle (agent -> chat -> agent)",
         ),
+        ({"agent": {"subagents": {"class_name": "agent"}}}, "cycle (agent -> agent)"),
         ({"agent": {"subagents": {"class_name": "chat", "tool": "read"}}}, "also in tools"),
         ({"agent": {"subagents": {"class_name": "chat", "count": 0}}}, "must be >= 1"),
     ],
@@ -154,6 +155,57 @@ def test_subagent_problems_name_the_field(over, msg):
     with pytest.raises(ProfileError) as e:
         make({"classes": over})
     assert any(msg in p and ".subagents" in p for p in e.value.problems), e.value.problems
+
+
+def test_a_cycle_is_one_line_however_many_classes_it_passes():
+    over = {n: {"subagents": {"class_name": m}} for n, m in (("agent", "chat"), ("chat", "x"), ("x", "agent"))}  # fmt: skip
+    with pytest.raises(ProfileError) as e:
+        make({"classes": {**over, "x": {**over["x"], "fixed_count": 0}}})
+    assert [p for p in e.value.problems if "cycle" in p] == [
+        "<profile>: classes.x.subagents.class_name: subagent classes spawn in a cycle (agent -> chat -> x "
+        "-> agent); a class may not spawn itself, directly or through its subagents"
+    ]
+
+
+def test_subagents_nest_at_most_max_depth_levels():
+    def chain(levels):
+        names = [f"c{i}" for i in range(levels + 1)]
+        classes = {n: {"fixed_count": 0, "steps": 2} for n in names[1:]}
+        for a, b in zip(names, names[1:], strict=False):
+            classes.setdefault(a, {})["subagents"] = {"class_name": b, "probability": 0.5}
+        return {"classes": classes}
+
+    make(chain(MAX_SUBAGENT_DEPTH))
+    with pytest.raises(ProfileError) as e:
+        make(chain(MAX_SUBAGENT_DEPTH + 1))
+    assert e.value.problems == [
+        f"<profile>: classes.c0.subagents: subagents nest {MAX_SUBAGENT_DEPTH + 1} levels deep "
+        f"({' -> '.join(f'c{i}' for i in range(MAX_SUBAGENT_DEPTH + 2))}); "
+        f"at most {MAX_SUBAGENT_DEPTH}"
+    ]
+
+
+def test_a_subagent_spawns_its_own_and_joins_them_before_its_parent_does():
+    nested = {"classes": {**SUB["classes"], "explorer": {
+        **SUB["classes"]["explorer"], "steps": 3,
+        "subagents": {"class_name": "reader", "probability": 1.0, "count": 1}},
+        "reader": {"fixed_count": 0, "steps": 2, "system_prompt": {"tokens": 200}},
+    }}  # fmt: skip
+    p = make(nested)
+    root = _drive(p.new_session("agent", 0, 0))
+    kid = root[1][2][0].session
+    kid_steps = _drive(kid)
+    assert kid_steps[0][0].planned_calls == ("task",)  # the explorer spawns a reader
+    (grand,) = kid_steps[1][2]
+    assert grand.session.class_name == "reader" and grand.session.parent_session == kid.session_id
+    assert kid_steps[1][3] == [grand.session.session_id]  # the explorer's join
+    assert grand.session.session_id.startswith(kid.session_id + "/reader-1.0")
+    assert len(_drive(grand.session)) == 2 and grand.session.children_due() == ([], [])
+    # deterministic: the same grandchild bytes again
+    again = _drive(p.new_session("agent", 0, 0))[1][2][0].session
+    g2 = _drive(again)[1][2][0].session
+    assert g2.session_id == grand.session.session_id
+    assert g2.next_step().body == p.new_child(kid, 1, 0).next_step().body
 
 
 # ---- reasoning ------------------------------------------------------------------------------

@@ -58,3 +58,29 @@ def test_subagents_run_beside_each_other_and_the_parent_joins_them(tmp_path: Pat
     assert summary["ttft_content_ms"]["p50"] > summary["ttft_ms"]["p50"]
     html = (out / "report.html").read_text()
     assert 'id="ttft-split"' in html and 'id="subagents"' in html
+
+
+def test_a_fitted_nested_profile_runs_subagents_of_subagents(tmp_path: Path) -> None:
+    prof, out = tmp_path / "nested.yaml", tmp_path / "r"
+    trace = Path(__file__).parents[1] / "fixtures" / "traces" / "nested_subagents.jsonl"
+    assert agentload("trace", "fit", str(trace), "-o", str(prof)).returncode == 0
+    p = agentload(
+        "run", "--profile", str(prof), "--users", "1", "--sessions-per-user", "2",
+        "--duration", "60s", "--sim-preset", "fast", "--out", str(out), timeout=150,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    reqs = list(read_records(out, "requests"))
+    sess = {s["session_id"]: s for s in read_records(out, "sessions")}
+    by: dict[str, list[dict]] = {}
+    for r in reqs:
+        by.setdefault(r["session_id"], []).append(r)
+    grand = [s for s in sess.values() if s["user_class"].endswith("-subagent-depth2")]
+    assert grand and all(s["outcome"] == "completed" for s in sess.values())
+    for g in grand:
+        parent = sess[g["parent_session"]]
+        assert parent["user_class"].endswith("-subagent") and parent["parent_session"] in sess
+        step = int(g["session_id"].rsplit("-", 1)[1].split(".")[0])
+        spawn = next(r for r in by[parent["session_id"]] if r["step"] == step)
+        join = next(r for r in by[parent["session_id"]] if r["step"] == step + 1)
+        assert min(r["t_start"] for r in by[g["session_id"]]) >= _end(spawn)
+        assert join["t_start"] >= max(_end(r) for r in by[g["session_id"]])  # the subagent waited

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from workload.errors import ArgParser, UsageError
+from workload.plan.shapes import MAX_SUBAGENT_DEPTH
 from workload.plan.traces import (
     AGENT_FORMATS,
     FORMATS,
@@ -30,12 +31,12 @@ from workload.plan.traces import (
     export_run_sessions,
     fit_agent_profile,
     fit_profile,
-    nested_subagents,
     profile_stats,
     read_agent_trace,
     read_trace_keeping_reuse,
     summarize,
     summarize_agents,
+    too_deep,
     write_agent_trace,
     write_trace,
 )
@@ -188,11 +189,10 @@ def _fit_agents(args: argparse.Namespace, fmt: str) -> int:
     print(f"agentload: wrote profile {args.out} ({prof['description']})")
     rows = compare_stats(agent_stats(trace), profile_stats(prof))
     print("\n".join(fit_lines(rows)))
-    if nested := nested_subagents(trace):
+    if deep := too_deep(trace):
         print(
-            f"note: {nested} subagent(s) of the trace were run by a subagent; a profile has one "
-            "level of subagents, so the fitted subagent class spawns none (replay the trace "
-            "itself to play them)"
+            f"note: {deep} subagent(s) of the trace ran more than {MAX_SUBAGENT_DEPTH} levels "
+            "deep; the fit leaves them out (replay the trace itself to play them)"
         )
     return 0
 

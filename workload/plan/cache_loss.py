@@ -15,12 +15,22 @@ after it a miss, so only the message holding that position is rewritten. Keyed t
 cut there (its first part keeps its bytes: the synthesizer's text for a key is
 prefix-stable); a message whose content cannot be cut (a tool call, a server's real
 answer) is kept whole and the change starts at the next message.
+
+A miss larger than the history reaches into the system prompt, as a provider's does
+when it evicted part of the agent's instructions (Codex CLI served 3.5k of a 6.9k-token
+prefix once): the session's system prompt is cut there and keeps its new bytes from then
+on (a class-shared prompt becomes the session's own past that point; the history's
+bytes are unchanged, the change before them makes them misses). A miss that starts
+inside the tool schemas (which the class shares, after the system prompt) starts at the
+history instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from workload.plan.class_plan import ClassPlan
+from workload.plan.prompts import shared_key
 from workload.plan.steps import MSG_OVERHEAD, Msg
 
 
@@ -55,3 +65,18 @@ def lose_tail(history: list[Msg], at: int, key: Callable[..., int], step: int) -
         history[i] = _cut(m, keep, key("miss", step, i))
         return pos + MSG_OVERHEAD + keep
     return pos
+
+
+def lose_prefix(
+    system: Msg, history: list[Msg], at: int, key: Callable[..., int], step: int, cp: ClassPlan
+) -> tuple[Msg, int]:
+    """A miss from ``at`` tokens into the history (negative: before it, in the prefix):
+    (the system message from now on, the tokens a prefix cache serves of this step's
+    prompt). Past the system prompt's text, ``lose_tail``; else the system prompt is cut."""
+    start = cp.prefix_tokens + at  # in the whole prompt: system message, tool schemas, history
+    if cp.system_tokens <= 0 or start >= cp.system_tokens + MSG_OVERHEAD:
+        return system, cp.prefix_tokens + lose_tail(history, at, key, step)
+    if system.text is not None:  # the class's shared text: the same bytes as keyed text
+        system = Msg("system", key=shared_key(cp.system_name), n=cp.system_tokens)
+    keep = min(max(0, start - MSG_OVERHEAD), cp.system_tokens - 1)
+    return _cut(system, keep, key("miss", step, "system")), MSG_OVERHEAD + keep

@@ -43,6 +43,7 @@ from workload.plan.shapes import (
     SUBAGENTS_FIELD,
     ReasoningSpec,
     SubagentSpec,
+    nesting_problems,
     shape_problems,
 )
 from workload.plan.stages import StageList
@@ -199,7 +200,8 @@ class ContextPolicy(_M):
             "re-sends the history from this many tokens before the end of the previous "
             "prompt on as new bytes (same sizes), so a prefix cache serves the previous "
             "prompt less these tokens and none of its answer (negative: that much of the "
-            "answer too). 0: a cache written up to the previous prompt (Anthropic's). Unset: "
+            "answer too; past the history: into the system prompt, which the session keeps "
+            "so cut). 0: a cache written up to the previous prompt (Anthropic's). Unset: "
             "an ideal cache, everything sent before is reusable. `trace fit` sets it."
         ),
     )
@@ -560,6 +562,7 @@ class Profile(_M):
             out += shape_problems(f"classes.{cname}", c, self.classes)
             if c.steps.dist == "constant" and not float(c.steps.value).is_integer():  # type: ignore[union-attr]
                 out.append(f"classes.{cname}.steps: must be a whole number of steps")
+        out += nesting_problems(self.classes)
         for tname, tool in self.tools.items():
             out += floor_problems(f"tools.{tname}", tool, TOOL_DIST_FLOORS)
         out.extend(self._check_load_model())

@@ -40,6 +40,11 @@ def stable_key(*parts: object) -> int:
     return int.from_bytes(h, "little") >> 1
 
 
+def shared_key(name: str) -> int:
+    """The text key of ``PromptSynth.shared(name, n)``: ``text(shared_key(name), n)`` is it."""
+    return stable_key("shared", name)
+
+
 def _candidate_words() -> list[str]:
     return list(WORDS)
 
@@ -166,7 +171,7 @@ class PromptSynth:
         k = (name, n)
         s = self._shared.get(k)
         if s is None:
-            s = self.text(stable_key("shared", name), n)
+            s = self.text(shared_key(name), n)
             self._shared[k] = s
             if len(self._shared) > 512:
                 self._shared.popitem(last=False)

@@ -34,7 +34,7 @@ import numpy as np
 
 from workload.measure.records import STATUS_CANCELLED, RequestRecord
 from workload.measure.retry import next_delay_s
-from workload.plan.cache_loss import lose_tail
+from workload.plan.cache_loss import lose_prefix
 from workload.plan.class_plan import TEMPLATE_MARGIN, ClassPlan
 from workload.plan.loading import ProfileError
 from workload.plan.payloads import PATHS, BodyOptions, build_body
@@ -238,7 +238,9 @@ class Session:
         return stable_key(self._key, *parts)
 
     def next_step(self) -> StepRequest | None:
-        """The next request to send, or None when the session is over (see outcome)."""
+        """The next request to send, or None when the session is over (see outcome).
+
+        Long because a step's plan reads in order: retry, turn, rebuild, output, shapes, cache."""
         self._due = ([], [])
         if self.outcome is not None:
             return None
@@ -305,7 +307,9 @@ class Session:
             cacheable = shared
         elif (loss := spec.context.cache_loss_tokens) is not None:  # a provider cache's misses
             at = self._sent - round(loss.sample(sizes))
-            cacheable = c.prefix_tokens + lose_tail(self._history, at, self._content_key, k)
+            self._system, cacheable = lose_prefix(
+                self._system, self._history, at, self._content_key, k, c
+            )
         else:
             cacheable = c.prefix_tokens + self._ctx
         self._history.extend(new)

@@ -17,7 +17,8 @@ What real coding agents do that a plain loop of steps does not (issue 27)::
   (their own system prompt, tools and steps), as k calls of a spawn tool (Claude Code's
   ``Task``). The children start when the step's answer has arrived, run beside each other,
   and the parent's next step waits for all of them (join), then carries one tool result
-  per child. Under ``history: actual`` the model is asked for the spawn call and each
+  per child. A child class may have subagents of its own (a Claude Code subagent that
+  runs a ``Task``), down to ``MAX_SUBAGENT_DEPTH`` levels; a cycle of classes is refused. Under ``history: actual`` the model is asked for the spawn call and each
   spawn call it returns starts one child.
 - ``reasoning``: hidden reasoning tokens per step, asked of the server as it supports it
   (vLLM ``thinking_token_budget``, or OpenAI ``reasoning_effort``); ``max_tokens`` grows by
@@ -37,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workload.plan.dist import Dist, constant
 
 MAX_FANOUT = 64  # parallel tool calls or subagents of one step
+MAX_SUBAGENT_DEPTH = 8  # levels of subagents below a top-level session (a subagent's own, ...)
 SPAWN_TOOL_DEFAULT: dict[str, Any] = {
     "type": "object",
     "properties": {"description": {"type": "string"}, "prompt": {"type": "string"}},
@@ -54,8 +56,9 @@ class SubagentSpec(_S):
 
     class_name: str = Field(
         description="Traffic class the child sessions play (its own system prompt, tools and "
-        "steps; give it fixed_count: 0 so it runs only as a subagent). It may not have "
-        "subagents itself."
+        "steps; give it fixed_count: 0 so it runs only as a subagent). It may spawn "
+        f"subagents of its own, up to {MAX_SUBAGENT_DEPTH} levels below a top-level "
+        "session; no class may spawn itself, directly or through its subagents."
     )
     probability: float = Field(
         0.0, ge=0, le=1, description="Chance a step (other than the last) spawns subagents."
@@ -129,14 +132,37 @@ def shape_problems(prefix: str, cls: Any, classes: dict[str, Any]) -> list[str]:
     if child is None:
         known = ", ".join(sorted(classes))
         out.append(f"{prefix}.subagents.class_name: unknown class {sub.class_name!r} ({known})")
-    elif child.subagents is not None:
-        out.append(
-            f"{prefix}.subagents.class_name: class {sub.class_name!r} has subagents of its own; "
-            "one level of subagents is supported"
-        )
     if sub.tool in cls.tools:
         out.append(
             f"{prefix}.subagents.tool: {sub.tool!r} is also in tools (an ordinary tool call "
             "would spawn nothing); leave it out of tools"
         )
+    return out
+
+
+def nesting_problems(classes: dict[str, Any]) -> list[str]:
+    """Subagent classes that spawn in a cycle, or nest past ``MAX_SUBAGENT_DEPTH``: one line
+    per cycle, one per top-level chain too deep."""
+    out: list[str] = []
+    cycles: set[frozenset[str]] = set()
+    spawned = {c.subagents.class_name for c in classes.values() if c.subagents is not None}
+    for name in classes:
+        chain, looped = [name], False
+        while (sub := classes[chain[-1]].subagents) is not None and sub.class_name in classes:
+            if looped := sub.class_name in chain:
+                loop = chain[chain.index(sub.class_name) :]
+                if frozenset(loop) not in cycles:
+                    cycles.add(frozenset(loop))
+                    out.append(
+                        f"classes.{loop[-1]}.subagents.class_name: subagent classes spawn in a "
+                        f"cycle ({' -> '.join([*loop, loop[0]])}); a class may not spawn "
+                        "itself, directly or through its subagents"
+                    )
+                break
+            chain.append(sub.class_name)
+        if not looped and name not in spawned and len(chain) - 1 > MAX_SUBAGENT_DEPTH:
+            out.append(
+                f"classes.{name}.subagents: subagents nest {len(chain) - 1} levels deep "
+                f"({' -> '.join(chain)}); at most {MAX_SUBAGENT_DEPTH}"
+            )
     return out

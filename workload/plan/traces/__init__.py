@@ -16,6 +16,7 @@ from workload.plan.traces._agent_fit import (
     compare_stats,
     fit_agent_profile,
     profile_stats,
+    too_deep,
 )
 from workload.plan.traces._agent_import import (
     AGENT_FORMATS,
@@ -76,6 +77,7 @@ __all__ = [
     "compare_stats",
     "fit_agent_profile",
     "profile_stats",
+    "too_deep",
     "ToolCall",
     "detect_agent_format",
     "recording_trace",

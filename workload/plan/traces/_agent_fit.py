@@ -1,8 +1,8 @@
 """Fitting a profile with agent shapes to an agent-session trace, and checking the fit.
 
-``fit_agent_profile`` turns the trace's sessions into traffic classes, one per agent
-(sessions grouped by model, subagent sessions apart from top-level ones), each fitted from
-its own rounds:
+``fit_agent_profile`` turns the trace's sessions into traffic classes, one per agent and
+subagent depth (sessions grouped by model and by how deep they ran: top-level, a
+subagent, a subagent's subagent, ...), each fitted from its own rounds:
 
 - ``steps``: rounds per session; ``system_prompt.tokens``: the prefix round 0 reused (the
   agent's cached system prompt), less the planner's tool-schema and message allowance;
@@ -20,7 +20,9 @@ its own rounds:
 - ``output.tokens``: visible output (output less reasoning), ``reasoning.tokens``: the
   recorded reasoning (when the source reports it);
 - ``tool_call_probability``, the tools' weights and ``parallel_tools`` (calls per tool
-  round); ``subagents``: the chance a round spawns subagents, how many, and their class;
+  round); ``subagents``: the chance a round spawns subagents, how many, and their class
+  (the class one level deeper of the model most of its children ran; a subagent class
+  spawns its own when the trace's subagents did, down to ``MAX_SUBAGENT_DEPTH``);
 - ``think_time_s``: the idle time before a user round.
 
 Sizes are empirical: observed values with their counts when there are few distinct ones,
@@ -43,6 +45,7 @@ from workload.errors import TraceError
 from workload.measure.records import RequestRecord
 from workload.plan.loading import validate_profile
 from workload.plan.sessions import CALL_TOKENS, Session, SessionPlanner
+from workload.plan.shapes import MAX_SUBAGENT_DEPTH
 from workload.plan.steps import MSG_OVERHEAD
 from workload.plan.tokens import get_tokenizer
 from workload.plan.traces._agent import AgentRound, AgentTrace
@@ -121,7 +124,10 @@ def _new_tokens(r: AgentRound, prev: AgentRound | None, messages: int) -> float:
 
 
 # ---------------------------------------------------------------------------- statistics
-def _round_stats(rounds: list[dict[str, Any]], roots: int, subs: list[int]) -> dict[str, Any]:
+def _round_stats(
+    rounds: list[dict[str, Any]], roots: int, subs: list[tuple[int, int]]
+) -> dict[str, Any]:
+    """Means over rounds; ``subs``: (depth, rounds) of each subagent session."""
     tool_rounds = [r for r in rounds if r["calls"]]
     waits: dict[str, list[float]] = {}
     for r in rounds:
@@ -138,9 +144,32 @@ def _round_stats(rounds: list[dict[str, Any]], roots: int, subs: list[int]) -> d
         "tool_calls_per_tool_round": _mean(len(r["calls"]) for r in tool_rounds),
         "parallel_tool_rounds": _mean(float(len(r["calls"]) > 1) for r in tool_rounds),
         "subagents_per_session": len(subs) / roots if roots else None,
-        "rounds_per_subagent": _mean(subs),
+        "rounds_per_subagent": _mean(n for _, n in subs),
         "tool_wait_s": {k: _mean(v) for k, v in sorted(waits.items())},
+        "by_depth": {
+            d: {
+                "subagents": sum(1 for e, _ in subs if e == d) / roots if roots else None,
+                "rounds": _mean(n for e, n in subs if e == d),
+            }
+            for d in sorted({e for e, _ in subs})
+        },
     }
+
+
+def depths(trace: AgentTrace) -> dict[str, int]:
+    """Each session's subagent depth: 0 top-level, 1 a subagent, 2 a subagent's, ... (a
+    session whose parent is not in the trace counts as a subagent of a top-level one)."""
+    out: dict[str, int] = {}
+    for name in trace.sessions:
+        chain: list[str] = []
+        s: str | None = name
+        while s in trace.sessions and s not in out and s not in chain:
+            chain.append(s)
+            s = trace.sessions[s][0].parent
+        base = out[s] + 1 if s in out else 0 if s is None else 1  # a parent absent or a loop
+        for k, c in enumerate(reversed(chain)):
+            out[c] = base + k
+    return out
 
 
 def agent_stats(trace: AgentTrace) -> dict[str, Any]:
@@ -158,17 +187,21 @@ def agent_stats(trace: AgentTrace) -> dict[str, Any]:
                 "waits": [(t.name, t.wait_s) for t in prev.tools if t.subagent is None]
                 if prev else [],
             })  # fmt: skip
-    subs = [len(rs) for rs in trace.sessions.values() if rs[0].parent is not None]
+    depth = depths(trace)
+    subs = [(depth[s], len(rs)) for s, rs in trace.sessions.items() if rs[0].parent is not None]
     return _round_stats(rows, len(trace.roots), subs)
 
 
-def _play(session: Session, rows: list[dict[str, Any]], subs: list[int], root: bool) -> None:
+def _play(
+    session: Session, rows: list[dict[str, Any]], subs: list[tuple[int, int]], depth: int
+) -> None:
     """Plan a session to its end as the player would (scripted replies), collecting rounds."""
     mine: list[dict[str, Any]] = []
     spawn = session._c.spawn_tool
+    root = depth == 0
     while (st := session.next_step()) is not None:
         for child in session.children_due()[0]:
-            _play(child.session, rows, subs, root=False)
+            _play(child.session, rows, subs, depth + 1)
         calls = [c for c in (st.planned_calls or (st.planned_tool,)) if c and c != spawn]
         mine.append({
             "first": not mine, "root": root, "prefix": st.cacheable_tokens_est,
@@ -182,7 +215,7 @@ def _play(session: Session, rows: list[dict[str, Any]], subs: list[int], root: b
         r["rounds"] = len(mine)
     rows.extend(mine)
     if not root:
-        subs.append(len(mine))
+        subs.append((depth, len(mine)))
 
 
 def profile_stats(raw: dict[str, Any], sessions: int = STAT_SESSIONS) -> dict[str, Any]:
@@ -194,12 +227,12 @@ def profile_stats(raw: dict[str, Any], sessions: int = STAT_SESSIONS) -> dict[st
     weighted = {n: c.weight or 0.0 for n, c in prof.classes.items() if c.fixed_count is None}
     total = sum(weighted.values()) or 1.0
     rows: list[dict[str, Any]] = []
-    subs: list[int] = []
+    subs: list[tuple[int, int]] = []
     roots = 0
     for name, w in weighted.items():
         n = max(1, round(sessions * w / total))
         for i in range(n):
-            _play(planner.new_session(name, i, 0), rows, subs, root=True)
+            _play(planner.new_session(name, i, 0), rows, subs, 0)
         roots += n
     return _round_stats(rows, roots, subs)
 
@@ -210,6 +243,15 @@ def compare_stats(trace: dict[str, Any], fitted: dict[str, Any]) -> list[dict[st
     pairs = [(label, trace.get(k), fitted.get(k)) for k, label in STATS]
     for tool, v in trace["tool_wait_s"].items():
         pairs.append((f"tool wait {tool} (s)", v, fitted["tool_wait_s"].get(tool)))
+    if len(trace["by_depth"]) > 1 or len(fitted["by_depth"]) > 1:  # nested: each depth apart
+        for d in sorted(set(trace["by_depth"]) | set(fitted["by_depth"])):
+            a, b = trace["by_depth"].get(d, {}), fitted["by_depth"].get(d, {})
+            for key, label in (
+                ("subagents", "subagents per session"),
+                ("rounds", "rounds per subagent"),
+            ):
+                none = 0.0 if key == "subagents" else None  # no subagent at that depth
+                pairs.append((f"{label}, depth {d}", a.get(key, none), b.get(key, none)))
     for label, a, b in pairs:
         if a is None and b is None:
             continue
@@ -222,20 +264,27 @@ def compare_stats(trace: dict[str, Any], fitted: dict[str, Any]) -> list[dict[st
 
 
 # ---------------------------------------------------------------------------- the fit
-def _class_name(model: str | None, sub: bool, taken: set[str]) -> str:
+def _class_name(model: str | None, depth: int, taken: set[str]) -> str:
     base = re.sub(r"[^A-Za-z0-9_.-]+", "-", model or "agent").strip("-") or "agent"
-    base += "-subagent" if sub else ""
+    base += "" if depth == 0 else "-subagent" if depth == 1 else f"-subagent-depth{depth}"
     name, i = base, 2
     while name in taken:
         name, i = f"{base}-{i}", i + 1
     return name
 
 
-def _groups(trace: AgentTrace) -> dict[tuple[str | None, bool], list[str]]:
-    out: dict[tuple[str | None, bool], list[str]] = {}
+def _groups(trace: AgentTrace, depth: dict[str, int]) -> dict[tuple[int, str], list[str]]:
+    """Sessions by (subagent depth, model), down to MAX_SUBAGENT_DEPTH (deeper: not fitted)."""
+    out: dict[tuple[int, str], list[str]] = {}
     for name, rs in trace.sessions.items():
-        out.setdefault((rs[0].model, rs[0].parent is not None), []).append(name)
-    return out
+        if depth[name] <= MAX_SUBAGENT_DEPTH:
+            out.setdefault((depth[name], str(rs[0].model or "")), []).append(name)
+    return dict(sorted(out.items()))
+
+
+def too_deep(trace: AgentTrace) -> int:
+    """Subagent sessions nested past MAX_SUBAGENT_DEPTH, which a fit leaves out."""
+    return sum(1 for d in depths(trace).values() if d > MAX_SUBAGENT_DEPTH)
 
 
 def _fit_class(trace: AgentTrace, names: list[str], child: str | None) -> tuple[dict, dict]:
@@ -317,18 +366,31 @@ def fit_agent_profile(trace: AgentTrace, *, name: str = "agents", seed: int = 1)
     """A profile dict (validated) whose sessions follow the trace's (see the module docstring)."""
     if not trace.roots:
         raise TraceError("an agent-session trace needs at least one top-level session to fit")
-    groups = _groups(trace)
-    names: dict[tuple[str | None, bool], str] = {}
-    for key in sorted(groups, key=lambda k: (k[1], str(k[0]))):
-        names[key] = _class_name(key[0], key[1], set(names.values()))
+    depth = depths(trace)
+    groups = _groups(trace, depth)
+    names: dict[tuple[int, str], str] = {}
+    for key in groups:
+        names[key] = _class_name(key[1] or None, key[0], set(names.values()))
+    kids: dict[str, list[str]] = {}
+    for sname, rs in trace.sessions.items():
+        if rs[0].parent is not None:
+            kids.setdefault(rs[0].parent, []).append(sname)
     classes: dict[str, Any] = {}
     seen: dict[str, dict[str, list[float]]] = {}
-    for (model, sub), members in sorted(groups.items(), key=lambda kv: (kv[0][1], str(kv[0][0]))):
-        kids = {trace.sessions[c][0].model for s in members for c in trace.children(s)}
-        child = names.get((sorted(kids, key=str)[0], True)) if kids and not sub else None
+    for (d, model), members in groups.items():
+        # the class one level deeper that most of these sessions' children ran
+        ran = Counter(
+            str(trace.sessions[c][0].model or "") for m in members for c in kids.get(m, ())
+        )
+        child = next(
+            (names.get((d + 1, k)) for k, _ in sorted(ran.items(), key=lambda kv: (-kv[1], kv[0]))),
+            None,
+        )
         cls, obs = _fit_class(trace, members, child)
-        cls["weight" if not sub else "fixed_count"] = len(members) if not sub else 0
-        classes[names[(model, sub)]] = cls
+        if d:
+            cls["description"] += f" run as subagents at depth {d}"
+        cls["weight" if d == 0 else "fixed_count"] = len(members) if d == 0 else 0
+        classes[names[(d, model)]] = cls
         for t, o in obs.items():
             acc = seen.setdefault(t, {"wait": [], "result": [], "spawn": []})
             for k2 in acc:
