@@ -14,6 +14,7 @@ from workload.analyze.catalogue import VERDICT_BETTER, VERDICT_SAME, VERDICT_WOR
 from workload.analyze.render import input_warnings, render_text
 from workload.analyze.rundata import load_run
 from workload.analyze.thresholds import resolve_thresholds
+from workload.analyze.traffic import traffic_differences
 from workload.analyze.verdict import compare_runs
 from workload.cli.main import main as agentload_main
 from workload.errors import CompareError
@@ -422,3 +423,14 @@ def test_time_to_visible_content_is_shown_and_gates_when_named(tmp_path, base):
     gated = compare_runs(a2, b, {"ttft_content_p95": 10})
     row = _row(gated, "overall", "ttft_content_p95")
     assert row.gated and row.verdict == VERDICT_WORSE and gated.exit_code == 3
+
+
+def test_runs_whose_set_overrides_differ_do_not_pair_from_run_json_argv_strings():
+    # run.json keeps argv as one string ("agentload run ... --set k=v"); the key read a list only
+    base = {"seed": 1, "profile": {"name": "mixed"}, "users": 2}
+    a = {**base, "argv": "agentload run --profile mixed --set classes.a.steps=3"}
+    b = {**base, "argv": "agentload run --profile mixed --set=classes.a.steps=5"}
+    same = {**base, "argv": "agentload run --set classes.a.steps=3 --profile mixed"}
+    assert traffic_differences(a, b) == ["set A=['classes.a.steps=3'] B=['classes.a.steps=5']"]
+    assert traffic_differences(a, same) == []
+    assert traffic_differences({**base, "argv": ["agentload", "run", "--set", "x=1"]}, a)

@@ -29,6 +29,10 @@ VALIDATED_BLOCKS = 8  # the canary's default design: 8 blocks of the profile's r
 
 
 def _sets(argv: Any) -> list[str]:
+    """The ``--set`` overrides of a run's command line: run.json keeps it as one string (the
+    words joined by spaces, `workload/cli/main.py`), older or hand-made ones as a list."""
+    if isinstance(argv, str):
+        argv = argv.split()
     if not isinstance(argv, list):
         return []
     out = []
