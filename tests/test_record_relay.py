@@ -3,6 +3,7 @@ an upstream that breaks off or sends past the end, and what the proxy says it ad
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import socket
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from workload.record import RecordOptions, RecordThread, parse_upstream
+from workload.record.proxy import Clock, Exchange
+from workload.record.relay import BodyRelay
 
 MB = 1 << 20
 
@@ -172,3 +175,132 @@ def test_bytes_past_the_body_s_end_close_both_connections_and_say_so(
         ex["outcome"] == "ok"
         and ex["error"] == "the upstream sent 5 bytes past the response's end (forwarded)"
     )
+
+
+def _chat(url: str, stream: bool) -> socket.socket:
+    body = json.dumps({"model": "m", "stream": stream,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
+    s = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+    return s
+
+
+@pytest.mark.parametrize("final", [b"data: [DONE]", b"event: response.completed\ndata: {}"])
+def test_a_client_that_hangs_up_after_the_stream_s_final_event_got_a_whole_answer(
+    tmp_path: Path, final: bytes
+) -> None:
+    # The openai SDK's synchronous Stream closes the connection at [DONE], before the chunked
+    # body's last chunk: the answer is whole and is a round (it once was `client_gone`, and
+    # the session's next request was taken for another session's). The upstream holds the
+    # last chunk back until the client has surely gone.
+    events = [b'data: {"choices":[{"index":0,"delta":{"content":"hello there"}}]}\n\n',
+              final + b"\n\n"]  # fmt: skip
+    pieces = [_sse(0)[0], *[b"%x\r\n%s\r\n" % (len(e), e) for e in events]]
+    up = RawUpstream(lambda: [*pieces, b"0\r\n\r\n"], gap_s=0.3)
+    rec = _recorder(up.url, tmp_path / "rec")
+    try:
+        s = _chat(rec.url, stream=True)
+        s.settimeout(10)
+        got = b""
+        while final not in got:
+            got += s.recv(65536)
+        s.close()
+        time.sleep(1.0)  # the last chunk comes to a proxy whose client is gone
+    finally:
+        rec.stop()
+        up.stop()
+    assert got == b"".join(pieces)
+    (ex,) = _rows(tmp_path / "rec" / "exchanges.jsonl")
+    assert ex["outcome"] == "ok", ex
+    assert "after the stream's final event" in ex["error"]
+    (row,) = _rows(tmp_path / "rec" / "trace.jsonl")
+    assert row["output_tokens"] > 0 and row["record"]["streamed"]
+    # the answer ended with the read that carried the final event, not at the hang-up
+    assert ex["e2e_s"] < 0.3 * len(pieces) + 0.25
+
+
+def test_a_client_that_hangs_up_before_the_final_event_is_gone(tmp_path: Path) -> None:
+    pieces = _sse(3)
+    up = RawUpstream(lambda: pieces, gap_s=0.3)
+    rec = _recorder(up.url, tmp_path / "rec")
+    try:
+        s = _chat(rec.url, stream=True)
+        s.settimeout(10)
+        got = b""
+        while b"content" not in got:
+            got += s.recv(65536)
+        s.close()
+        time.sleep(1.5)
+    finally:
+        rec.stop()
+        up.stop()
+    (ex,) = _rows(tmp_path / "rec" / "exchanges.jsonl")
+    assert ex["outcome"] == "client_gone", ex
+    assert _rows(tmp_path / "rec" / "trace.jsonl") == []
+
+
+class _LateSendClient(asyncio.WriteTransport):
+    """A client socket whose send returns late, as when the send wakes the agent and the
+    proxy's thread waits for a core: the bytes were the agent's from the send's start."""
+
+    def __init__(self, late_s: float) -> None:
+        super().__init__()
+        self.late_s = late_s
+        self.began: list[int] = []  # perf_counter_ns at each send's start
+        self.data = bytearray()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.began.append(time.perf_counter_ns())
+        self.data += data
+        time.sleep(self.late_s)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return (0, 1 << 16)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+class _Upstream(asyncio.Transport):
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_the_end_is_stamped_before_the_send_that_gave_the_agent_the_last_bytes(
+    streamed: bool,
+) -> None:
+    # The recorded tool wait is the next request's arrival minus this end: an end stamped
+    # after the send returned (late by the proxy's wait for a core) made a recorded wait
+    # 10 ms shorter than the agent's own gap on the loaded machine.
+    clock = Clock()
+    if streamed:
+        ev = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+        reads = [b"%x\r\n%s\r\n" % (len(ev), ev), b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"]
+        kind, length = "chunked", 0
+    else:
+        reads = [b'{"choices": [', b'{"index": 0}]}']
+        kind, length = "length", sum(map(len, reads))
+    client = _LateSendClient(0.05)
+    ex = Exchange(1, "c", "POST", "/v1/chat/completions", clock.now(), streamed=streamed)
+
+    async def relay() -> BodyRelay:
+        r = BodyRelay(client, _Upstream(), None, kind, length, streamed=streamed, encoded=False,
+                      keep_bytes=MB, at=clock.at, ex=ex)  # fmt: skip
+        for data in reads:
+            r.data_received(data)
+            await asyncio.sleep(0)
+        await asyncio.wait_for(r.result, 5)
+        return r
+
+    r = asyncio.run(relay())
+    assert r.result.result() == ""
+    assert bytes(client.data) == b"".join(reads)
+    assert ex.t_end is not None and ex.t_first is not None
+    assert ex.t_end <= clock.at(client.began[-1])
+    assert ex.t_first <= clock.at(client.began[0])
+    assert min(r.lag_us) >= 50_000  # the late send is still the read's time in the proxy

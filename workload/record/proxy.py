@@ -112,7 +112,7 @@ class Exchange:
     status: int = 0
     t_head: float | None = None  # the response head arrived
     t_first: float | None = None  # first content-bearing event (a stream) or body byte
-    t_end: float | None = None
+    t_end: float | None = None  # the response's last read, stamped before it went to the client
     streamed: bool = False
     encoding: str = ""  # the response's Content-Encoding (``encodings.decode_body``)
     request_encoding: str = ""  # the request's
@@ -516,6 +516,9 @@ class RecordingProxy:
         )  # fmt: skip
         if outcome.startswith("gone"):
             raise _Gone()
+        if outcome.startswith("client-done: "):  # the answer is whole; the connections close
+            ex.error = outcome.removeprefix("client-done: ")
+            return False
         if outcome:
             raise _UpstreamFailed(outcome.removeprefix("upstream: "))
         if excess:

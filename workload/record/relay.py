@@ -9,6 +9,14 @@ whose events arrive together are all forwarded before any of them is decoded.
 
 Each read's own time in the proxy (the callback's entry -> the client socket's send
 returned) goes into ``Exchange.relay_us``; ``exchanges.jsonl`` and ``summary.json`` report it.
+Times are stamped at the callback's entry, before the send: on loopback the send wakes the
+agent, which may read the bytes (and act on them) before the proxy's thread runs again, so a
+stamp taken after the send can be later than the agent's own and shorten a tool wait.
+
+A client may hang up once it has what it wants: the OpenAI SDK's synchronous stream closes
+the connection at ``data: [DONE]``, before the chunked body's last chunk. A stream whose final
+event (``[DONE]``, or the Responses API's ``response.completed``/``failed``/``incomplete``)
+was forwarded before the client went counts as whole ("client-done: ..."), not as gone.
 """
 
 from __future__ import annotations
@@ -76,11 +84,33 @@ def _carries(data: bytes) -> bool:
     return False
 
 
+_FINAL_EVENTS = (b"response.completed", b"response.failed", b"response.incomplete")
+
+
+def stream_over(body: bytes | bytearray) -> bool:
+    """Whether an SSE body's last complete event is the stream's final one (``data: [DONE]``,
+    or a Responses API ``response.completed``/``failed``/``incomplete`` event)."""
+    sep = b"\r\n\r\n" if body.endswith(b"\r\n\r\n") else b"\n\n"
+    if not body.endswith(sep):
+        return False
+    end = len(body) - len(sep)
+    start = body.rfind(sep, 0, end)
+    start = 0 if start < 0 else start + len(sep)
+    for line in bytes(body[start : min(end, start + 512)]).splitlines():
+        if line.startswith(b"data:") and line[5:].strip() == b"[DONE]":
+            return True
+        if line.startswith(b"event:") and line[6:].strip() in _FINAL_EVENTS:
+            return True
+    return False
+
+
 class BodyRelay(asyncio.Protocol):
     """The upstream's protocol while one response body is relayed.
 
-    ``result`` ends with "" (the body ended), "gone: ..." (the client's transport closed) or
-    "upstream: ..." (the upstream broke off or framed the body wrongly). Flow control of the
+    ``result`` ends with "" (the body ended), "gone: ..." (the client's transport closed),
+    "client-done: ..." (it closed after the stream's final event was forwarded: the answer is
+    whole, the body's framing not) or "upstream: ..." (the upstream broke off or framed the
+    body wrongly). Flow control of the
     upstream's writes (a request body still going up) is passed on to ``inner``, the
     transport's own protocol, whose StreamWriter waits on it.
     """
@@ -111,7 +141,8 @@ class BodyRelay(asyncio.Protocol):
         self._keep = keep_bytes
         self._at = at
         self._ex = ex
-        self._pending: list[tuple[int, int, bytes]] = []
+        self._pending: list[tuple[int, bytes]] = []  # (the read's stamp, its bytes)
+        self._over_at: int | None = None  # the read that carried a stream's final event
         self._high = client.get_write_buffer_limits()[1]
         self.excess = 0  # bytes past the body's end (forwarded: a broken upstream)
         self.lag_us = array("I")
@@ -123,8 +154,8 @@ class BodyRelay(asyncio.Protocol):
             self.excess += len(data)
             return
         client = self.client
-        if client.is_closing():
-            self._finish("gone: the client closed the connection mid-response")
+        if client.is_closing():  # these bytes never reach the client: not part of its answer
+            self.client_gone()
             return
         client.write(data)
         t1 = perf_counter_ns()
@@ -132,7 +163,7 @@ class BodyRelay(asyncio.Protocol):
         self._ex.bytes_out += len(data)
         if not self._pending:
             self._loop.call_soon(self.digest)
-        self._pending.append((t0, t1, data))
+        self._pending.append((t0, data))
         if client.get_write_buffer_size() > self._high and not self.blocked.done():
             self.upstream.pause_reading()  # resumed once the client's buffer drains
             self.blocked.set_result(None)
@@ -142,7 +173,7 @@ class BodyRelay(asyncio.Protocol):
         """Decode what was forwarded since the last call: body end, body, first content."""
         pending, self._pending = self._pending, []
         ex, body = self._ex, self._ex.response_body
-        for t0, t1, data in pending:
+        for t0, data in pending:
             if self.result.done():
                 self.excess += len(data)
                 continue
@@ -170,11 +201,30 @@ class BodyRelay(asyncio.Protocol):
                 ex.t_first = self._at(t0)
             if len(body) + len(chunk) <= self._keep:
                 body += chunk
+                if (self._first is not None and not self._encoded and self._over_at is None
+                        and chunk and stream_over(body)):  # fmt: skip
+                    self._over_at = t0
             else:
                 ex.too_large = True
             if ended:
-                ex.t_end = self._at(t1)
+                # before this read's send: the agent cannot have had the bytes earlier
+                ex.t_end = self._at(t0)
                 self._finish("")
+
+    def client_gone(self) -> None:
+        """The client closed: the body is whole if it ended or the stream's final event was
+        forwarded (its end is that read), else the exchange is cut."""
+        if self._pending:
+            self.digest()
+        if self.result.done():
+            return
+        if self._over_at is not None:
+            self._ex.t_end = self._at(self._over_at)
+            self._finish(
+                "client-done: the client closed the connection after the stream's final "
+                "event, before the body's last chunk"
+            )
+        self._finish("gone: the client closed the connection mid-response")
 
     def _finish(self, outcome: str) -> None:
         if not self.result.done():
@@ -224,12 +274,13 @@ async def relay_body(
 ) -> tuple[str, int]:
     """Relay one response body (its head already sent); (outcome, bytes past its end).
 
-    The outcome is "" (whole), "gone: ..." or "upstream: ..." (``BodyRelay.result``); ``gone``
+    The outcome is "" (whole), "gone: ...", "client-done: ..." or "upstream: ..."
+    (``BodyRelay.result``); ``gone``
     says whether the client hung up, asked whenever one of ``watch`` (a pending read of the
     client, the request body's pump) completes.
     """
-    if kind == "length" and length == 0:
-        ex.t_end = at(perf_counter_ns())
+    if kind == "length" and length == 0:  # the head was the whole response
+        ex.t_end = ex.t_head if ex.t_head is not None else at(perf_counter_ns())
         return "", 0
     transport = up_writer.transport
     assert isinstance(transport, asyncio.Transport)
@@ -257,12 +308,14 @@ async def relay_body(
             if r.result.done():
                 break
             if gone():
-                return "gone: the client closed the connection mid-response", r.excess
+                r.client_gone()
+                break
             if r.blocked.done():
                 try:
                     await client.drain()
                 except ConnectionError:
-                    return "gone: the client closed the connection mid-response", r.excess
+                    r.client_gone()
+                    break
                 r.unblock()
         return r.result.result(), r.excess
     finally:

@@ -16,7 +16,6 @@ import signal
 import struct
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,7 +159,11 @@ async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any) -> int
     if not closing.done():
         await proxy.close(0.0)
     cut.cancel()
-    await held[0].flush()
+    if held[0].buffered:
+        print(f"agentload record: the recorder is {held[0].buffered} bytes behind; waiting for it "
+              "(Ctrl-C again: stop now, losing them)", file=out, flush=True)  # fmt: skip
+    now.clear()  # a press during the grace cut the exchanges; only a later one cuts this wait
+    await held[0].flush(give_up=now)
     for sig in STOP_SIGNALS:
         loop.remove_signal_handler(sig)
         signal.signal(sig, signal.SIG_IGN)  # the trace is being completed: late presses wait
@@ -207,6 +210,7 @@ class RecorderProcess:
         self._proc.start()
         inbox.close()
         self._tx: asyncio.WriteTransport | None = None
+        self._ended = False  # the end (None) is in the pipe
         ready = self._outbox.get(timeout=120)
         if ready != "ready":
             raise SetupError(f"the recorder did not start ({ready})")
@@ -217,27 +221,52 @@ class RecorderProcess:
         f = os.fdopen(os.dup(self._pipe.fileno()), "wb", buffering=0)
         self._tx, _ = await loop.connect_write_pipe(asyncio.Protocol, f)
 
-    async def flush(self, timeout_s: float = 60.0) -> None:
-        """Everything submitted written to the pipe (before the loop ends)."""
+    async def flush(self, give_up: asyncio.Event | None = None) -> None:
+        """Everything submitted, then the end, written to the pipe (before the loop ends).
+
+        Waits as long as the recorder reads: what is still buffered when the loop ends is
+        lost, and a slow recorder (a long prompt to tokenize) is no reason to drop the
+        exchanges after it. Only a recorder that died, or ``give_up`` (a second Ctrl-C),
+        stops the wait."""
         if self._tx is None:
             return
         tx, self._tx = self._tx, None
-        deadline = time.monotonic() + timeout_s
-        while tx.get_write_buffer_size() and time.monotonic() < deadline:
+        self._frame(tx, None)
+        self._ended = True
+        while tx.get_write_buffer_size() and not tx.is_closing() and self._proc.is_alive():
+            if give_up is not None and give_up.is_set():
+                break
             await asyncio.sleep(0.01)
         tx.close()
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of exchanges not yet in the pipe (the recorder reads slower than they come)."""
+        return self._tx.get_write_buffer_size() if self._tx is not None else 0
+
+    @staticmethod
+    def _frame(tx: asyncio.WriteTransport, obj: Any) -> None:
+        b = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+        tx.write(struct.pack("!i", len(b)) + b)  # bodies are capped far below 2 GiB
 
     def submit(self, ex: Any) -> None:
         """Hand a finished exchange on (the pipe's framing: multiprocessing.Connection's)."""
         if self._tx is None:
-            self._pipe.send(ex)
+            self._blocking().send(ex)
             return
-        b = pickle.dumps(ex, pickle.HIGHEST_PROTOCOL)
-        self._tx.write(struct.pack("!i", len(b)) + b)  # bodies are capped far below 2 GiB
+        self._frame(self._tx, ex)
+
+    def _blocking(self) -> Any:
+        """The pipe for a plain ``send``: the loop's transport made the file description it
+        shares non-blocking, and a send into a full pipe would then fail (BlockingIOError)
+        instead of waiting for the recorder."""
+        os.set_blocking(self._pipe.fileno(), True)
+        return self._pipe
 
     def close(self) -> dict[str, Any]:
         """Finish the recording; the summary."""
-        self._pipe.send(None)
+        if not self._ended:
+            self._blocking().send(None)
         summary: dict[str, Any] = self._outbox.get(timeout=600)
         self._proc.join(30)
         return summary

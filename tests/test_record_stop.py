@@ -1,0 +1,53 @@
+"""The stop path of `agentload record` (workload/record/serve.py): every exchange handed to
+the recorder's process reaches the recording, however late that process reads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from workload.record import RecordOptions, parse_upstream
+from workload.record.proxy import Exchange
+from workload.record.serve import RecorderProcess
+
+BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi " * 20_000}]})
+
+
+def test_exchanges_waiting_for_a_stalled_recorder_all_reach_the_recording(tmp_path: Path) -> None:
+    # The recorder is stopped (SIGSTOP: a process that gets no core) while the proxy hands it
+    # more than the pipe holds, then the stop begins; it is let go only a second later. The
+    # flush used to give up after 60 s and close() sent the end into the pipe the loop's
+    # transport had made non-blocking (BlockingIOError on a full pipe).
+    up = parse_upstream("http://127.0.0.1:9")
+    assert up is not None
+    rp = RecorderProcess(RecordOptions(upstream=up, out=tmp_path / "rec", port=0))
+    pid = rp._proc.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    n = 8
+    try:
+
+        async def stop() -> int:
+            await rp.attach()
+            for k in range(1, n + 1):
+                now = time.time()
+                ex = Exchange(k, "c", "POST", "/v1/chat/completions", now, status=500, t_end=now)
+                ex.request_body += BODY.encode()
+                rp.submit(ex)
+            held = rp._tx.get_write_buffer_size() if rp._tx is not None else 0
+            asyncio.get_running_loop().call_later(1.0, os.kill, pid, signal.SIGCONT)
+            await rp.flush()
+            return held
+
+        held = asyncio.run(stop())
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    summary = rp.close()
+    assert held > 0  # the pipe was full: the rest waited in the loop's transport
+    assert summary["recorder"]["exchanges"] == n
+    rows = (tmp_path / "rec" / "exchanges.jsonl").read_text().splitlines()
+    assert [json.loads(r)["exchange"] for r in rows] == list(range(1, n + 1))
