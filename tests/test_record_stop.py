@@ -10,6 +10,9 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
+from workload.errors import SetupError
 from workload.record import RecordOptions, parse_upstream
 from workload.record.proxy import Exchange
 from workload.record.serve import RecorderProcess
@@ -51,3 +54,16 @@ def test_exchanges_waiting_for_a_stalled_recorder_all_reach_the_recording(tmp_pa
     assert summary["recorder"]["exchanges"] == n
     rows = (tmp_path / "rec" / "exchanges.jsonl").read_text().splitlines()
     assert [json.loads(r)["exchange"] for r in rows] == list(range(1, n + 1))
+
+
+def test_a_recorder_that_died_is_one_error_at_close_not_a_ten_minute_wait(tmp_path: Path) -> None:
+    up = parse_upstream("http://127.0.0.1:9")
+    assert up is not None
+    rp = RecorderProcess(RecordOptions(upstream=up, out=tmp_path / "rec", port=0))
+    assert rp._proc.pid is not None
+    os.kill(rp._proc.pid, signal.SIGKILL)
+    rp._proc.join(10)
+    t0 = time.monotonic()
+    with pytest.raises(SetupError, match=r"the recorder process ended \(exit -9\) before"):
+        rp.close()
+    assert time.monotonic() - t0 < 60  # the old close waited 600 s for a summary never sent

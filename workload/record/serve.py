@@ -12,6 +12,7 @@ import asyncio
 import multiprocessing
 import os
 import pickle
+import queue
 import signal
 import struct
 import sys
@@ -264,10 +265,22 @@ class RecorderProcess:
         return self._pipe
 
     def close(self) -> dict[str, Any]:
-        """Finish the recording; the summary."""
-        if not self._ended:
+        """Finish the recording; the summary. Waits as long as the recorder lives (a long
+        trace to finish is no reason to cut it); one that died is one line, not a wait."""
+        if not self._ended and self._proc.is_alive():
             self._blocking().send(None)
-        summary: dict[str, Any] = self._outbox.get(timeout=600)
+        while True:
+            try:
+                summary: dict[str, Any] = self._outbox.get(timeout=0.5)
+                break
+            except queue.Empty:
+                if not self._proc.is_alive() and self._outbox.empty():
+                    raise SetupError(
+                        f"the recorder process ended (exit {self._proc.exitcode}) before "
+                        "it wrote its summary",
+                        hint="trace.jsonl and exchanges.jsonl hold the rounds it wrote; "
+                        "the console above has its error",
+                    ) from None
         self._proc.join(30)
         return summary
 
