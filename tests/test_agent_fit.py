@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import yaml
 
 from tests.test_agent_traces import _task_session, _write
 from workload.cli.trace import main_trace
-from workload.plan.loading import load_profile
+from workload.plan.loading import load_profile, validate_profile
 from workload.plan.traces import (
     agent_stats,
     compare_stats,
@@ -107,3 +108,53 @@ def test_cli_fit_writes_a_loadable_profile_and_prints_both_sides(tmp_path: Path,
     assert prof.name == "fit" and set(prof.classes) == set(
         yaml.safe_load(out.read_text())["classes"]
     )
+
+
+def test_a_task_beside_a_bash_fits_a_spawn_that_also_calls_the_tool(tmp_path: Path):
+    recs, _ = _task_session(agent_in_file=True)
+    trace = read_agent_trace(_write(tmp_path / "S.jsonl", recs))
+    prof, rows = _rows(trace)
+    (parent,) = [c for c in prof["classes"].values() if "subagents" in c]
+    sub = parent["subagents"]
+    assert sub["tool_calls_probability"] == 1.0 and sub["tool_calls"] == 1.0
+    assert "Bash" in parent["tools"]  # the call beside the Task picks its tool by weight
+    assert rows["tool calls per tool round"]["trace"] == 1.0
+    for stat in ("tool calls per tool round", "tool wait Bash (s)", "subagents per session"):
+        assert rows[stat]["met"], rows[stat]
+
+
+def _mixed_nested(tmp_path: Path) -> Path:
+    """The nested fixture with a second subagent model (the second subagent of lead-1,
+    lead-2 and lead-4 runs haiku) and a Bash beside the Tasks of lead-1 and lead-2."""
+    rows = [json.loads(line) for line in NESTED.read_text().splitlines() if line.strip()]
+    haiku = {"lead-1/agent-a2", "lead-2/agent-a2", "lead-4/agent-a2"}
+    for r in rows:
+        if r["session"] in haiku:
+            r["model"] = "claude-haiku-4-5"
+        spawns = [t for t in r["tools"] if t["subagent"]]
+        if r["session"] in ("lead-1", "lead-2") and len(spawns) == 2:
+            r["tools"].append({**spawns[0], "name": "Bash", "latency_s": 1.5, "wait_s": 1.5,
+                               "subagent": None})  # fmt: skip
+    return _write(tmp_path / "mixed.jsonl", rows)
+
+
+def test_subagents_of_several_models_fit_a_weighted_choice_of_child_classes(tmp_path: Path):
+    trace = read_agent_trace(_mixed_nested(tmp_path))
+    prof, rows = _rows(trace)
+    top = prof["classes"]["claude-opus-4-8"]["subagents"]
+    assert top["classes"] == {"claude-haiku-4-5-subagent": 3.0, "claude-sonnet-4-6-subagent": 5.0}
+    assert "class_name" not in top
+    assert top["tool_calls_probability"] == 0.5 and top["tool_calls"] == 1.0
+    assert "subagents" not in prof["classes"]["claude-haiku-4-5-subagent"]  # spawned none
+    sonnet = prof["classes"]["claude-sonnet-4-6-subagent"]["subagents"]
+    assert sonnet["class_name"] == "claude-sonnet-4-6-subagent-depth2"
+    validate_profile(prof, "fit")  # the weighted choice loads
+    for stat in (
+        "subagents per session",
+        "subagents per session, depth 1",
+        "subagents per session, depth 2",
+        "rounds per subagent, depth 1",
+        "tool wait Bash (s)",
+        "tool calls per tool round",
+    ):
+        assert rows[stat]["met"], rows[stat]

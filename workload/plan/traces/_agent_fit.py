@@ -20,9 +20,12 @@ subagent, a subagent's subagent, ...), each fitted from its own rounds:
 - ``output.tokens``: visible output (output less reasoning), ``reasoning.tokens``: the
   recorded reasoning (when the source reports it);
 - ``tool_call_probability``, the tools' weights and ``parallel_tools`` (calls per tool
-  round); ``subagents``: the chance a round spawns subagents, how many, and their class
-  (the class one level deeper of the model most of its children ran; a subagent class
-  spawns its own when the trace's subagents did, down to ``MAX_SUBAGENT_DEPTH``);
+  round); ``subagents``: the chance a round spawns subagents, how many, their class (the
+  class one level deeper of the model its children ran, or a weighted choice of them by
+  how many children each ran; a subagent class spawns its own when the trace's subagents
+  did, down to ``MAX_SUBAGENT_DEPTH``), and the ordinary calls a spawning round made
+  beside its children (``tool_calls_probability``: the share of spawning rounds that did,
+  ``tool_calls``: how many);
 - ``think_time_s``: the idle time before a user round.
 
 Sizes are empirical: observed values with their counts when there are few distinct ones,
@@ -287,13 +290,19 @@ def too_deep(trace: AgentTrace) -> int:
     return sum(1 for d in depths(trace).values() if d > MAX_SUBAGENT_DEPTH)
 
 
-def _fit_class(trace: AgentTrace, names: list[str], child: str | None) -> tuple[dict, dict]:
-    """(class dict, per-tool observations {name: {"wait": [...], "result": [...]}})."""
+def _fit_class(
+    trace: AgentTrace, names: list[str], child: str | dict[str, float] | None
+) -> tuple[dict, dict]:
+    """(class dict, per-tool observations {name: {"wait": [...], "result": [...]}});
+    ``child``: the class its subagents play, or a weighted choice of classes.
+
+    Long because each round feeds several distributions at once (turns, waits, shapes)."""
     sessions = [trace.sessions[n] for n in names]
     tools: dict[str, dict[str, list[float]]] = {}
     first, user, outputs, reasoning, think, par, loss = [], [], [], [], [], [], []
     tool_steps = plain_steps = spawn_steps = 0
     fanout: list[float] = []
+    beside: list[float] = []  # ordinary calls of each spawning round that made some
     weights: Counter[str] = Counter()
     for rs in sessions:
         for k, r in enumerate(rs):
@@ -321,11 +330,14 @@ def _fit_class(trace: AgentTrace, names: list[str], child: str | None) -> tuple[
                 reasoning.append(r.reasoning_tokens)
             if k == len(rs) - 1:
                 continue
+            calls = _calls(r)
             if _spawns(r):
                 spawn_steps += 1
                 fanout.append(_spawns(r))
+                if calls:  # a Task beside a Bash: ordinary calls run beside the children
+                    beside.append(len(calls))
+                    weights.update(calls)
                 continue
-            calls = _calls(r)
             plain_steps += 1
             if calls:
                 tool_steps += 1
@@ -354,11 +366,14 @@ def _fit_class(trace: AgentTrace, names: list[str], child: str | None) -> tuple[
         steps = plain_steps + spawn_steps
         spawn_tool = next(t.name for rs in sessions for r in rs for t in r.tools if t.subagent)
         cls["subagents"] = {
-            "class_name": child,
+            **({"class_name": child} if isinstance(child, str) else {"classes": child}),
             "probability": round(spawn_steps / steps, 6),
             "count": _empirical(fanout),
             "tool": spawn_tool,
         }
+        if beside:
+            cls["subagents"]["tool_calls_probability"] = round(len(beside) / spawn_steps, 6)
+            cls["subagents"]["tool_calls"] = _empirical(beside)
     return cls, tools
 
 
@@ -378,14 +393,18 @@ def fit_agent_profile(trace: AgentTrace, *, name: str = "agents", seed: int = 1)
     classes: dict[str, Any] = {}
     seen: dict[str, dict[str, list[float]]] = {}
     for (d, model), members in groups.items():
-        # the class one level deeper that most of these sessions' children ran
+        # the classes one level deeper that these sessions' children ran, by how many
         ran = Counter(
-            str(trace.sessions[c][0].model or "") for m in members for c in kids.get(m, ())
+            names[key]
+            for m in members
+            for c in kids.get(m, ())
+            if (key := (d + 1, str(trace.sessions[c][0].model or ""))) in names
         )
-        child = next(
-            (names.get((d + 1, k)) for k, _ in sorted(ran.items(), key=lambda kv: (-kv[1], kv[0]))),
-            None,
-        )
+        child: str | dict[str, float] | None = None
+        if len(ran) == 1:
+            child = next(iter(ran))
+        elif ran:
+            child = {k: float(n) for k, n in sorted(ran.items())}
         cls, obs = _fit_class(trace, members, child)
         if d:
             cls["description"] += f" run as subagents at depth {d}"
