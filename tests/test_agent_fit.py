@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from workload.plan.traces import (
 FIX = Path(__file__).parent / "fixtures" / "traces"
 ROUNDS = FIX / "tracelab_round_trace.jsonl"
 NESTED = FIX / "nested_subagents.jsonl"  # make_nested_subagents.py: subagents 2 levels deep
+MIXED = FIX / "mixed_subagents.jsonl"  # --mixed: two subagent models, a Bash beside the Tasks
 
 
 def _rows(trace):
@@ -123,23 +123,8 @@ def test_a_task_beside_a_bash_fits_a_spawn_that_also_calls_the_tool(tmp_path: Pa
         assert rows[stat]["met"], rows[stat]
 
 
-def _mixed_nested(tmp_path: Path) -> Path:
-    """The nested fixture with a second subagent model (the second subagent of lead-1,
-    lead-2 and lead-4 runs haiku) and a Bash beside the Tasks of lead-1 and lead-2."""
-    rows = [json.loads(line) for line in NESTED.read_text().splitlines() if line.strip()]
-    haiku = {"lead-1/agent-a2", "lead-2/agent-a2", "lead-4/agent-a2"}
-    for r in rows:
-        if r["session"] in haiku:
-            r["model"] = "claude-haiku-4-5"
-        spawns = [t for t in r["tools"] if t["subagent"]]
-        if r["session"] in ("lead-1", "lead-2") and len(spawns) == 2:
-            r["tools"].append({**spawns[0], "name": "Bash", "latency_s": 1.5, "wait_s": 1.5,
-                               "subagent": None})  # fmt: skip
-    return _write(tmp_path / "mixed.jsonl", rows)
-
-
-def test_subagents_of_several_models_fit_a_weighted_choice_of_child_classes(tmp_path: Path):
-    trace = read_agent_trace(_mixed_nested(tmp_path))
+def test_subagents_of_several_models_fit_a_weighted_choice_of_child_classes():
+    trace = read_agent_trace(MIXED)
     prof, rows = _rows(trace)
     top = prof["classes"]["claude-opus-4-8"]["subagents"]
     assert top["classes"] == {"claude-haiku-4-5-subagent": 3.0, "claude-sonnet-4-6-subagent": 5.0}
@@ -155,6 +140,9 @@ def test_subagents_of_several_models_fit_a_weighted_choice_of_child_classes(tmp_
         "subagents per session, depth 2",
         "rounds per subagent, depth 1",
         "tool wait Bash (s)",
-        "tool calls per tool round",
+        "tool calls per round",
+        "share of depth-1 subagents, claude-haiku-4-5-subagent",
+        "share of depth-1 subagents, claude-sonnet-4-6-subagent",
     ):
         assert rows[stat]["met"], rows[stat]
+    assert rows["share of depth-1 subagents, claude-haiku-4-5-subagent"]["trace"] == 3 / 8
