@@ -9,7 +9,7 @@ import yaml
 
 from tests.test_agent_traces import _task_session, _write
 from workload.cli.trace import main_trace
-from workload.plan.loading import load_profile
+from workload.plan.loading import load_profile, validate_profile
 from workload.plan.traces import (
     agent_stats,
     compare_stats,
@@ -21,6 +21,7 @@ from workload.plan.traces import (
 FIX = Path(__file__).parent / "fixtures" / "traces"
 ROUNDS = FIX / "tracelab_round_trace.jsonl"
 NESTED = FIX / "nested_subagents.jsonl"  # make_nested_subagents.py: subagents 2 levels deep
+MIXED = FIX / "mixed_subagents.jsonl"  # --mixed: two subagent models, a Bash beside the Tasks
 
 
 def _rows(trace):
@@ -107,3 +108,41 @@ def test_cli_fit_writes_a_loadable_profile_and_prints_both_sides(tmp_path: Path,
     assert prof.name == "fit" and set(prof.classes) == set(
         yaml.safe_load(out.read_text())["classes"]
     )
+
+
+def test_a_task_beside_a_bash_fits_a_spawn_that_also_calls_the_tool(tmp_path: Path):
+    recs, _ = _task_session(agent_in_file=True)
+    trace = read_agent_trace(_write(tmp_path / "S.jsonl", recs))
+    prof, rows = _rows(trace)
+    (parent,) = [c for c in prof["classes"].values() if "subagents" in c]
+    sub = parent["subagents"]
+    assert sub["tool_calls_probability"] == 1.0 and sub["tool_calls"] == 1.0
+    assert "Bash" in parent["tools"]  # the call beside the Task picks its tool by weight
+    assert rows["tool calls per tool round"]["trace"] == 1.0
+    for stat in ("tool calls per tool round", "tool wait Bash (s)", "subagents per session"):
+        assert rows[stat]["met"], rows[stat]
+
+
+def test_subagents_of_several_models_fit_a_weighted_choice_of_child_classes():
+    trace = read_agent_trace(MIXED)
+    prof, rows = _rows(trace)
+    top = prof["classes"]["claude-opus-4-8"]["subagents"]
+    assert top["classes"] == {"claude-haiku-4-5-subagent": 3.0, "claude-sonnet-4-6-subagent": 5.0}
+    assert "class_name" not in top
+    assert top["tool_calls_probability"] == 0.5 and top["tool_calls"] == 1.0
+    assert "subagents" not in prof["classes"]["claude-haiku-4-5-subagent"]  # spawned none
+    sonnet = prof["classes"]["claude-sonnet-4-6-subagent"]["subagents"]
+    assert sonnet["class_name"] == "claude-sonnet-4-6-subagent-depth2"
+    validate_profile(prof, "fit")  # the weighted choice loads
+    for stat in (
+        "subagents per session",
+        "subagents per session, depth 1",
+        "subagents per session, depth 2",
+        "rounds per subagent, depth 1",
+        "tool wait Bash (s)",
+        "tool calls per round",
+        "share of depth-1 subagents, claude-haiku-4-5-subagent",
+        "share of depth-1 subagents, claude-sonnet-4-6-subagent",
+    ):
+        assert rows[stat]["met"], rows[stat]
+    assert rows["share of depth-1 subagents, claude-haiku-4-5-subagent"]["trace"] == 3 / 8

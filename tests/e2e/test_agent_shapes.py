@@ -84,3 +84,41 @@ def test_a_fitted_nested_profile_runs_subagents_of_subagents(tmp_path: Path) -> 
         join = next(r for r in by[parent["session_id"]] if r["step"] == step + 1)
         assert min(r["t_start"] for r in by[g["session_id"]]) >= _end(spawn)
         assert join["t_start"] >= max(_end(r) for r in by[g["session_id"]])  # the subagent waited
+
+
+def test_a_spawn_beside_a_tool_joins_the_slowest_of_both_and_picks_child_classes(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "r"
+    p = agentload(
+        "run", "--profile", str(FIXTURES / "agent_spawn_choice.yaml"), "--users", "1",
+        "--sessions-per-user", "2", "--duration", "30s", "--sim-preset", "fast",
+        "--out", str(out), timeout=90,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    reqs = list(read_records(out, "requests"))
+    sess = list(read_records(out, "sessions"))
+    by: dict[str, list[dict]] = {}
+    for r in reqs:
+        by.setdefault(r["session_id"], []).append(r)
+    kids = [s for s in sess if s["parent_session"]]
+    assert {s["user_class"] for s in kids} == {"explorer", "coder"}  # the weighted choice
+    assert all(s["outcome"] == "completed" for s in sess)
+    spawns: dict[tuple[str, int], list[str]] = {}
+    for s in kids:
+        step = int(s["session_id"].rsplit("-", 1)[1].split(".")[0])
+        spawns.setdefault((s["parent_session"], step), []).append(s["session_id"])
+    assert len(spawns) == 4 and all(len(n) == 2 for n in spawns.values())
+    waited_for_tool = waited_for_child = 0
+    for (parent, step), names in spawns.items():
+        spawn = next(r for r in by[parent] if r["step"] == step)
+        join = next(r for r in by[parent] if r["step"] == step + 1)
+        ends = max(max(_end(r) for r in by[n]) for n in names)
+        assert join["t_start"] >= max(ends, _end(spawn) + 0.4)  # the children and the bash
+        waited_for_tool += ends < _end(spawn) + 0.4
+        waited_for_child += ends > _end(spawn) + 0.4
+        assert spawn["planned_tool"] == "task"
+    # seed 5 plans both: a spawn with an explorer (it outlasts the bash) and coders only
+    assert waited_for_child >= 1 and waited_for_tool >= 1
+    html = (out / "report.html").read_text()
+    assert 'id="subagents"' in html

@@ -78,6 +78,7 @@ DIST_FLOORS: tuple[tuple[tuple[str, ...], float, str], ...] = (
     (("context", "break_s"), 0, "seconds"),
     (("parallel_tools",), 1, "tool calls per tool step"),
     (("subagents", "count"), 1, "subagents per spawning step"),
+    (("subagents", "tool_calls"), 1, "tool calls beside subagents"),
     (("reasoning", "tokens"), 0, "tokens"),
 )
 TOOL_DIST_FLOORS = ((("latency_s",), 0, "seconds"), (("result_tokens",), 0, "tokens"))

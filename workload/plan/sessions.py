@@ -35,7 +35,7 @@ import numpy as np
 from workload.measure.records import STATUS_CANCELLED, RequestRecord
 from workload.measure.retry import next_delay_s
 from workload.plan.cache_loss import lose_prefix
-from workload.plan.class_plan import TEMPLATE_MARGIN, ClassPlan
+from workload.plan.class_plan import CALL_TOKENS, ClassPlan
 from workload.plan.loading import ProfileError
 from workload.plan.payloads import PATHS, BodyOptions, build_body
 from workload.plan.profile import Profile
@@ -44,8 +44,7 @@ from workload.plan.shapes import MAX_FANOUT
 from workload.plan.steps import MSG_OVERHEAD, Msg, StepRequest, tool_arguments, tool_choice_for
 from workload.plan.tokens import Tokenizer
 
-CALL_TOKENS = _CALL_TOKENS = 64  # allowance for an assistant tool-call message (scripted)
-MIN_ROOM = 16  # the least new content and output a step is ever given
+_CALL_TOKENS = CALL_TOKENS  # allowance for an assistant tool-call message (scripted)
 
 # Per-session random streams (one numpy Generator each); _SHAPE only for classes with agent
 # shapes (workload.plan.shapes), so other profiles keep their bytes.
@@ -84,45 +83,13 @@ class SessionPlanner:
         self.classes = {
             n: ClassPlan(profile, self.synth, self.seed, n, c) for n, c in profile.classes.items()
         }
-        problems = [p for cp in self.classes.values() for p in self._fit_problems(cp)]
+        problems = []
+        for cp in self.classes.values():
+            p, w = cp.fit_problems(max_model_len)
+            problems += p
+            self.warnings += w
         if problems:
             raise ProfileError(problems)
-
-    def _fit_problems(self, cp: ClassPlan) -> list[str]:
-        """Fixed parts that cannot fit are errors; variable sizes past the room are clipped."""
-        if self.max_model_len is None:
-            return []
-        spec = cp.spec
-        summ = spec.context.summary_tokens
-        need = cp.fixed + summ + MSG_OVERHEAD * 3 + 2 * MIN_ROOM
-        if need > self.max_model_len:
-            return [
-                f"classes.{cp.name}: cannot fit max_model_len {self.max_model_len}: system prompt "
-                f"{cp.system_tokens} + tool schemas {cp.tools_tokens} + summary {summ} + template "
-                f"margin {TEMPLATE_MARGIN} + room for a turn and an answer ({2 * MIN_ROOM}) = "
-                f"{need} tokens; shrink them or use a server with a longer context"
-            ]
-        tool_ub = max(
-            (self.profile.tools[t].result_tokens.upper_bound() for t in cp.tool_names), default=0
-        )
-        if cp.parallel or cp.sub:  # k results arrive in one step
-            k = max(cp.parallel.upper_bound() if cp.parallel else 1, _fanout_ub(cp))
-            tool_ub = k * (max(tool_ub, _spawn_ub(cp)) + _CALL_TOKENS)
-        first = spec.first_user_turn or spec.user_turn
-        turn = max(spec.user_turn.upper_bound(), first.upper_bound(), tool_ub + _CALL_TOKENS)
-        out = spec.output.tokens.upper_bound()
-        if spec.output.final_tokens is not None:
-            out = max(out, spec.output.final_tokens.upper_bound())
-        if cp.reasoning is not None:
-            out += cp.reasoning.tokens.upper_bound()
-        room = self.max_model_len - cp.fixed - MSG_OVERHEAD * 2
-        if turn + out > room:
-            self.warnings.append(
-                f"classes.{cp.name}: a turn of up to {int(turn)} tokens plus an output of up to "
-                f"{int(out)} tokens can exceed max_model_len {self.max_model_len}; such samples "
-                f"are clipped to fit"
-            )
-        return []
 
     def class_names(self) -> list[str]:
         """Traffic class names in profile order."""
@@ -134,17 +101,13 @@ class SessionPlanner:
 
     def new_child(self, parent: Session, step: int, i: int) -> Session:
         """Subagent i spawned by the parent's step ``step`` (deterministic like any session)."""
-        assert parent._c.spawn_class is not None  # only a class with subagents spawns
-        cp = self.classes[parent._c.spawn_class]
+        names = parent._c.spawn_classes  # only a class with subagents spawns
+        name = names[0]
+        if len(names) > 1:  # a weighted choice: its own stream, keyed like the child
+            rng = np.random.default_rng([stable_key(parent._key, "subagent-class", step, i)])
+            name = names[int(rng.choice(len(names), p=parent._c.spawn_p))]
+        cp = self.classes[name]
         return Session(self, cp, parent.user_index, parent.session_index, (parent, step, i))
-
-
-def _fanout_ub(cp: ClassPlan) -> float:
-    return cp.sub.count.upper_bound() if cp.sub else 1
-
-
-def _spawn_ub(cp: ClassPlan) -> float:
-    return cp.catalog[cp.spawn_tool].result_tokens.upper_bound() if cp.spawn_tool else 0
 
 
 class Session:
@@ -335,6 +298,12 @@ class Session:
         if c.sub and c.spawn_tool and k < self.steps_planned and rng.random() < c.sub.probability:
             expects, planned_tool = True, c.spawn_tool
             calls = (c.spawn_tool,) * min(MAX_FANOUT, c.sub.count.sample_int(rng, lo=1))
+            also = c.sub.tool_calls_probability
+            if also > 0 and c.tool_names and rng.random() < also:  # a Task beside a Bash
+                n = min(MAX_FANOUT, c.sub.tool_calls.sample_int(rng, lo=1))
+                calls += tuple(
+                    c.tool_names[int(j)] for j in rng.choice(len(c.tool_names), size=n, p=c.tool_p)
+                )
         elif expects and c.parallel and planned_tool is not None:
             n = min(MAX_FANOUT, c.parallel.sample_int(rng, lo=1))
             more = rng.choice(len(c.tool_names), size=n - 1, p=c.tool_p) if n > 1 else ()

@@ -18,8 +18,12 @@ What real coding agents do that a plain loop of steps does not (issue 27)::
   ``Task``). The children start when the step's answer has arrived, run beside each other,
   and the parent's next step waits for all of them (join), then carries one tool result
   per child. A child class may have subagents of its own (a Claude Code subagent that
-  runs a ``Task``), down to ``MAX_SUBAGENT_DEPTH`` levels; a cycle of classes is refused. Under ``history: actual`` the model is asked for the spawn call and each
-  spawn call it returns starts one child.
+  runs a ``Task``), down to ``MAX_SUBAGENT_DEPTH`` levels; a cycle of classes is refused.
+  ``classes: {explorer: 3, coder: 1}`` instead of ``class_name`` draws each child's class
+  by weight. ``tool_calls_probability`` / ``tool_calls``: the spawning step also calls
+  ordinary tools (a ``Task`` beside a ``Bash``), which run beside the children; the next
+  step waits for the slowest of both. Under ``history: actual`` the model is asked for the
+  spawn call and each spawn call it returns starts one child.
 - ``reasoning``: hidden reasoning tokens per step, asked of the server as it supports it
   (vLLM ``thinking_token_budget``, or OpenAI ``reasoning_effort``); ``max_tokens`` grows by
   the budget, since reasoning counts against it. The client counts streamed reasoning
@@ -52,13 +56,21 @@ class _S(BaseModel):
 
 
 class SubagentSpec(_S):
-    """Subagent fan-out: a step spawns child sessions of another class and waits for them."""
+    """Subagent fan-out: a step spawns child sessions of other classes and waits for them."""
 
-    class_name: str = Field(
+    class_name: str | None = Field(
+        None,
         description="Traffic class the child sessions play (its own system prompt, tools and "
         "steps; give it fixed_count: 0 so it runs only as a subagent). It may spawn "
         f"subagents of its own, up to {MAX_SUBAGENT_DEPTH} levels below a top-level "
-        "session; no class may spawn itself, directly or through its subagents."
+        "session; no class may spawn itself, directly or through its subagents. Give this "
+        "or classes.",
+    )
+    classes: dict[str, float] | None = Field(
+        None,
+        description="A weighted choice of child classes instead of class_name ({class: "
+        "weight}, weights > 0): each child draws its class (a Claude Code agent whose "
+        "subagents ran other models or shapes).",
     )
     probability: float = Field(
         0.0, ge=0, le=1, description="Chance a step (other than the last) spawns subagents."
@@ -75,6 +87,29 @@ class SubagentSpec(_S):
         f"report); otherwise a built-in schema and {SPAWN_RESULT_TOKENS}-token reports. Its "
         "latency_s is not used: the child's run is the wait.",
     )
+    tool_calls_probability: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Chance a spawning step also calls the class's ordinary tools (a Task "
+        "beside a Bash): they run beside the children, and the next step waits for the "
+        "slowest of the tools and the children (the join).",
+    )
+    tool_calls: Dist = Field(
+        default_factory=lambda: constant(1),
+        description=f"Ordinary tool calls such a step makes beside its children (integer, 1 "
+        f"to {MAX_FANOUT}); each picks its tool by weight, as a tool step's calls do.",
+    )
+
+    def choices(self) -> list[tuple[str, float]]:
+        """(child class, weight) the spawn chooses among."""
+        if self.classes is not None:
+            return list(self.classes.items())
+        return [(self.class_name, 1.0)] if self.class_name is not None else []
+
+    def choice_field(self) -> str:
+        """The field that names the child classes (for problem lines)."""
+        return "classes" if self.classes is not None else "class_name"
 
 
 class ReasoningSpec(_S):
@@ -120,49 +155,90 @@ REASONING_FIELD: Any = Field(
 def shape_problems(prefix: str, cls: Any, classes: dict[str, Any]) -> list[str]:
     """Cross-field problems of one class's shapes: (path: message) lines."""
     out: list[str] = []
-    for name, d in (("parallel_tools", cls.parallel_tools),) + (
-        (("subagents.count", cls.subagents.count),) if cls.subagents else ()
-    ):
+    sub = cls.subagents
+    dists = [("parallel_tools", cls.parallel_tools)]
+    if sub is not None:
+        dists += [("subagents.count", sub.count), ("subagents.tool_calls", sub.tool_calls)]
+    for name, d in dists:
         if d.upper_bound() > MAX_FANOUT:
             out.append(f"{prefix}.{name}: samples can be {d.upper_bound():g}; at most {MAX_FANOUT}")
-    sub = cls.subagents
     if sub is None:
         return out
-    child = classes.get(sub.class_name)
-    if child is None:
-        known = ", ".join(sorted(classes))
-        out.append(f"{prefix}.subagents.class_name: unknown class {sub.class_name!r} ({known})")
+    if (sub.class_name is None) == (sub.classes is None):
+        out.append(f"{prefix}.subagents: give class_name or classes (a weighted choice), one")
+    if sub.classes is not None and not sub.classes:
+        out.append(f"{prefix}.subagents.classes: empty; name at least one class")
+    for child, w in sub.choices():
+        path = f"{prefix}.subagents.{sub.choice_field()}"
+        if child not in classes:
+            known = ", ".join(sorted(classes))
+            out.append(f"{path}: unknown class {child!r} ({known})")
+        if not w > 0:
+            out.append(f"{path}.{child}: weight {w:g}; must be > 0")
     if sub.tool in cls.tools:
         out.append(
             f"{prefix}.subagents.tool: {sub.tool!r} is also in tools (an ordinary tool call "
             "would spawn nothing); leave it out of tools"
         )
+    if sub.tool_calls_probability > 0 and not cls.tools:
+        out.append(
+            f"{prefix}.subagents.tool_calls_probability: the class has no tools to call beside "
+            "its subagents; give it tools or set 0"
+        )
     return out
 
 
+def _edges(classes: dict[str, Any]) -> dict[str, list[str]]:
+    """Every spawn edge between known classes: {class: the child classes it may spawn}."""
+    return {
+        n: [k for k, _ in c.subagents.choices() if k in classes] if c.subagents else []
+        for n, c in classes.items()
+    }
+
+
 def nesting_problems(classes: dict[str, Any]) -> list[str]:
-    """Subagent classes that spawn in a cycle, or nest past ``MAX_SUBAGENT_DEPTH``: one line
-    per cycle, one per top-level chain too deep."""
+    """Subagent classes that spawn in a cycle (over every edge of every weighted choice), or
+    nest past ``MAX_SUBAGENT_DEPTH``: one line per cycle, one per top-level chain too deep."""
+    edges = _edges(classes)
     out: list[str] = []
-    cycles: set[frozenset[str]] = set()
-    spawned = {c.subagents.class_name for c in classes.values() if c.subagents is not None}
-    for name in classes:
-        chain, looped = [name], False
-        while (sub := classes[chain[-1]].subagents) is not None and sub.class_name in classes:
-            if looped := sub.class_name in chain:
-                loop = chain[chain.index(sub.class_name) :]
-                if frozenset(loop) not in cycles:
-                    cycles.add(frozenset(loop))
-                    out.append(
-                        f"classes.{loop[-1]}.subagents.class_name: subagent classes spawn in a "
-                        f"cycle ({' -> '.join([*loop, loop[0]])}); a class may not spawn "
-                        "itself, directly or through its subagents"
-                    )
-                break
-            chain.append(sub.class_name)
-        if not looped and name not in spawned and len(chain) - 1 > MAX_SUBAGENT_DEPTH:
+    state: dict[str, int] = {}  # 1: on the walk's stack, 2: done
+    stack: list[str] = []
+
+    def visit(n: str) -> None:
+        state[n] = 1
+        stack.append(n)
+        for m in edges[n]:
+            if state.get(m) == 1:  # an edge back into the stack closes a cycle
+                loop = stack[stack.index(m) :]
+                field = classes[loop[-1]].subagents.choice_field()
+                out.append(
+                    f"classes.{loop[-1]}.subagents.{field}: subagent classes spawn in a "
+                    f"cycle ({' -> '.join([*loop, m])}); a class may not spawn "
+                    "itself, directly or through its subagents"
+                )
+            elif m not in state:
+                visit(m)
+        stack.pop()
+        state[n] = 2
+
+    for n in classes:
+        if n not in state:
+            visit(n)
+    if out:
+        return out
+    deepest: dict[str, list[str]] = {}  # the longest spawn chain from each class (acyclic now)
+
+    def chain(n: str) -> list[str]:
+        if n not in deepest:
+            deepest[n] = [n, *max((chain(m) for m in edges[n]), key=len, default=[])]
+        return deepest[n]
+
+    spawned = {m for ms in edges.values() for m in ms}
+    for n in classes:
+        if n not in spawned and len(chain(n)) - 1 > MAX_SUBAGENT_DEPTH:
+            c = chain(n)
             out.append(
-                f"classes.{name}.subagents: subagents nest {len(chain) - 1} levels deep "
-                f"({' -> '.join(chain)}); at most {MAX_SUBAGENT_DEPTH}"
+                f"classes.{n}.subagents: subagents nest {len(c) - 1} levels deep "
+                f"({' -> '.join(c)}); at most {MAX_SUBAGENT_DEPTH}"
             )
     return out

@@ -20,9 +20,12 @@ subagent, a subagent's subagent, ...), each fitted from its own rounds:
 - ``output.tokens``: visible output (output less reasoning), ``reasoning.tokens``: the
   recorded reasoning (when the source reports it);
 - ``tool_call_probability``, the tools' weights and ``parallel_tools`` (calls per tool
-  round); ``subagents``: the chance a round spawns subagents, how many, and their class
-  (the class one level deeper of the model most of its children ran; a subagent class
-  spawns its own when the trace's subagents did, down to ``MAX_SUBAGENT_DEPTH``);
+  round); ``subagents``: the chance a round spawns subagents, how many, their class (the
+  class one level deeper of the model its children ran, or a weighted choice of them by
+  how many children each ran; a subagent class spawns its own when the trace's subagents
+  did, down to ``MAX_SUBAGENT_DEPTH``), and the ordinary calls a spawning round made
+  beside its children (``tool_calls_probability``: the share of spawning rounds that did,
+  ``tool_calls``: how many);
 - ``think_time_s``: the idle time before a user round.
 
 Sizes are empirical: observed values with their counts when there are few distinct ones,
@@ -63,6 +66,7 @@ STATS = (
     ("appended_tokens", "appended per round (tokens)"),
     ("output_tokens", "output per round (tokens)"),
     ("reasoning_tokens", "reasoning per round (tokens)"),
+    ("tool_calls_per_round", "tool calls per round"),
     ("tool_calls_per_tool_round", "tool calls per tool round"),
     ("parallel_tool_rounds", "tool rounds with parallel calls"),
     ("subagents_per_session", "subagents per session"),
@@ -125,9 +129,9 @@ def _new_tokens(r: AgentRound, prev: AgentRound | None, messages: int) -> float:
 
 # ---------------------------------------------------------------------------- statistics
 def _round_stats(
-    rounds: list[dict[str, Any]], roots: int, subs: list[tuple[int, int]]
+    rounds: list[dict[str, Any]], roots: int, subs: list[tuple[int, int, str]]
 ) -> dict[str, Any]:
-    """Means over rounds; ``subs``: (depth, rounds) of each subagent session."""
+    """Means over rounds; ``subs``: (depth, rounds, class) of each subagent session."""
     tool_rounds = [r for r in rounds if r["calls"]]
     waits: dict[str, list[float]] = {}
     for r in rounds:
@@ -141,17 +145,21 @@ def _round_stats(
         "appended_tokens": _mean(r["appended"] for r in rounds),
         "output_tokens": _mean(r["output"] for r in rounds),
         "reasoning_tokens": _mean(known),
+        "tool_calls_per_round": _mean(len(r["calls"]) for r in rounds),
         "tool_calls_per_tool_round": _mean(len(r["calls"]) for r in tool_rounds),
         "parallel_tool_rounds": _mean(float(len(r["calls"]) > 1) for r in tool_rounds),
         "subagents_per_session": len(subs) / roots if roots else None,
-        "rounds_per_subagent": _mean(n for _, n in subs),
+        "rounds_per_subagent": _mean(n for _, n, _ in subs),
         "tool_wait_s": {k: _mean(v) for k, v in sorted(waits.items())},
         "by_depth": {
             d: {
-                "subagents": sum(1 for e, _ in subs if e == d) / roots if roots else None,
-                "rounds": _mean(n for e, n in subs if e == d),
+                "subagents": sum(1 for e, _, _ in subs if e == d) / roots if roots else None,
+                "rounds": _mean(n for e, n, _ in subs if e == d),
             }
-            for d in sorted({e for e, _ in subs})
+            for d in sorted({e for e, _, _ in subs})
+        },
+        "by_class": {  # subagents of each class: (depth, how many)
+            c: (d, n) for (d, c), n in sorted(Counter((d, c) for d, _, c in subs).items())
         },
     }
 
@@ -188,12 +196,15 @@ def agent_stats(trace: AgentTrace) -> dict[str, Any]:
                 if prev else [],
             })  # fmt: skip
     depth = depths(trace)
-    subs = [(depth[s], len(rs)) for s, rs in trace.sessions.items() if rs[0].parent is not None]
+    names = session_classes(trace)
+    subs = [
+        (depth[s], len(rs), names.get(s, "")) for s, rs in trace.sessions.items() if rs[0].parent
+    ]
     return _round_stats(rows, len(trace.roots), subs)
 
 
 def _play(
-    session: Session, rows: list[dict[str, Any]], subs: list[tuple[int, int]], depth: int
+    session: Session, rows: list[dict[str, Any]], subs: list[tuple[int, int, str]], depth: int
 ) -> None:
     """Plan a session to its end as the player would (scripted replies), collecting rounds."""
     mine: list[dict[str, Any]] = []
@@ -215,7 +226,7 @@ def _play(
         r["rounds"] = len(mine)
     rows.extend(mine)
     if not root:
-        subs.append((depth, len(mine)))
+        subs.append((depth, len(mine), session.class_name))
 
 
 def profile_stats(raw: dict[str, Any], sessions: int = STAT_SESSIONS) -> dict[str, Any]:
@@ -227,7 +238,7 @@ def profile_stats(raw: dict[str, Any], sessions: int = STAT_SESSIONS) -> dict[st
     weighted = {n: c.weight or 0.0 for n, c in prof.classes.items() if c.fixed_count is None}
     total = sum(weighted.values()) or 1.0
     rows: list[dict[str, Any]] = []
-    subs: list[tuple[int, int]] = []
+    subs: list[tuple[int, int, str]] = []
     roots = 0
     for name, w in weighted.items():
         n = max(1, round(sessions * w / total))
@@ -235,6 +246,13 @@ def profile_stats(raw: dict[str, Any], sessions: int = STAT_SESSIONS) -> dict[st
             _play(planner.new_session(name, i, 0), rows, subs, 0)
         roots += n
     return _round_stats(rows, roots, subs)
+
+
+def _shares(by_class: dict[str, tuple[int, int]], depth: int) -> dict[str, float]:
+    """Each class's share of the subagents at ``depth``."""
+    n = {c: k for c, (d, k) in by_class.items() if d == depth}
+    total = sum(n.values())
+    return {c: k / total for c, k in n.items()} if total else {}
 
 
 def compare_stats(trace: dict[str, Any], fitted: dict[str, Any]) -> list[dict[str, Any]]:
@@ -252,6 +270,11 @@ def compare_stats(trace: dict[str, Any], fitted: dict[str, Any]) -> list[dict[st
             ):
                 none = 0.0 if key == "subagents" else None  # no subagent at that depth
                 pairs.append((f"{label}, depth {d}", a.get(key, none), b.get(key, none)))
+    for d in sorted(set(trace["by_depth"]) | set(fitted["by_depth"])):  # weighted choices
+        a, b = (_shares(x["by_class"], d) for x in (trace, fitted))
+        if len(set(a) | set(b)) > 1:
+            for c in sorted(set(a) | set(b)):
+                pairs.append((f"share of depth-{d} subagents, {c}", a.get(c, 0.0), b.get(c, 0.0)))
     for label, a, b in pairs:
         if a is None and b is None:
             continue
@@ -287,13 +310,19 @@ def too_deep(trace: AgentTrace) -> int:
     return sum(1 for d in depths(trace).values() if d > MAX_SUBAGENT_DEPTH)
 
 
-def _fit_class(trace: AgentTrace, names: list[str], child: str | None) -> tuple[dict, dict]:
-    """(class dict, per-tool observations {name: {"wait": [...], "result": [...]}})."""
+def _fit_class(
+    trace: AgentTrace, names: list[str], child: str | dict[str, float] | None
+) -> tuple[dict, dict]:
+    """(class dict, per-tool observations {name: {"wait": [...], "result": [...]}});
+    ``child``: the class its subagents play, or a weighted choice of classes.
+
+    Long because each round feeds several distributions at once (turns, waits, shapes)."""
     sessions = [trace.sessions[n] for n in names]
     tools: dict[str, dict[str, list[float]]] = {}
     first, user, outputs, reasoning, think, par, loss = [], [], [], [], [], [], []
     tool_steps = plain_steps = spawn_steps = 0
     fanout: list[float] = []
+    beside: list[float] = []  # ordinary calls of each spawning round that made some
     weights: Counter[str] = Counter()
     for rs in sessions:
         for k, r in enumerate(rs):
@@ -321,11 +350,14 @@ def _fit_class(trace: AgentTrace, names: list[str], child: str | None) -> tuple[
                 reasoning.append(r.reasoning_tokens)
             if k == len(rs) - 1:
                 continue
+            calls = _calls(r)
             if _spawns(r):
                 spawn_steps += 1
                 fanout.append(_spawns(r))
+                if calls:  # a Task beside a Bash: ordinary calls run beside the children
+                    beside.append(len(calls))
+                    weights.update(calls)
                 continue
-            calls = _calls(r)
             plain_steps += 1
             if calls:
                 tool_steps += 1
@@ -354,12 +386,30 @@ def _fit_class(trace: AgentTrace, names: list[str], child: str | None) -> tuple[
         steps = plain_steps + spawn_steps
         spawn_tool = next(t.name for rs in sessions for r in rs for t in r.tools if t.subagent)
         cls["subagents"] = {
-            "class_name": child,
+            **({"class_name": child} if isinstance(child, str) else {"classes": child}),
             "probability": round(spawn_steps / steps, 6),
             "count": _empirical(fanout),
             "tool": spawn_tool,
         }
+        if beside:
+            cls["subagents"]["tool_calls_probability"] = round(len(beside) / spawn_steps, 6)
+            cls["subagents"]["tool_calls"] = _empirical(beside)
     return cls, tools
+
+
+def _names(groups: dict[tuple[int, str], list[str]]) -> dict[tuple[int, str], str]:
+    """The class name of each (depth, model) group."""
+    names: dict[tuple[int, str], str] = {}
+    for key in groups:
+        names[key] = _class_name(key[1] or None, key[0], set(names.values()))
+    return names
+
+
+def session_classes(trace: AgentTrace) -> dict[str, str]:
+    """The fitted class each session falls in (sessions nested too deep: none)."""
+    groups = _groups(trace, depths(trace))
+    names = _names(groups)
+    return {s: names[key] for key, members in groups.items() for s in members}
 
 
 def fit_agent_profile(trace: AgentTrace, *, name: str = "agents", seed: int = 1) -> dict[str, Any]:
@@ -368,9 +418,7 @@ def fit_agent_profile(trace: AgentTrace, *, name: str = "agents", seed: int = 1)
         raise TraceError("an agent-session trace needs at least one top-level session to fit")
     depth = depths(trace)
     groups = _groups(trace, depth)
-    names: dict[tuple[int, str], str] = {}
-    for key in groups:
-        names[key] = _class_name(key[1] or None, key[0], set(names.values()))
+    names = _names(groups)
     kids: dict[str, list[str]] = {}
     for sname, rs in trace.sessions.items():
         if rs[0].parent is not None:
@@ -378,14 +426,18 @@ def fit_agent_profile(trace: AgentTrace, *, name: str = "agents", seed: int = 1)
     classes: dict[str, Any] = {}
     seen: dict[str, dict[str, list[float]]] = {}
     for (d, model), members in groups.items():
-        # the class one level deeper that most of these sessions' children ran
+        # the classes one level deeper that these sessions' children ran, by how many
         ran = Counter(
-            str(trace.sessions[c][0].model or "") for m in members for c in kids.get(m, ())
+            names[key]
+            for m in members
+            for c in kids.get(m, ())
+            if (key := (d + 1, str(trace.sessions[c][0].model or ""))) in names
         )
-        child = next(
-            (names.get((d + 1, k)) for k, _ in sorted(ran.items(), key=lambda kv: (-kv[1], kv[0]))),
-            None,
-        )
+        child: str | dict[str, float] | None = None
+        if len(ran) == 1:
+            child = next(iter(ran))
+        elif ran:
+            child = {k: float(n) for k, n in sorted(ran.items())}
         cls, obs = _fit_class(trace, members, child)
         if d:
             cls["description"] += f" run as subagents at depth {d}"
