@@ -56,4 +56,5 @@ def test_every_dashboard_query_returns_data_from_a_real_run(tmp_path, promstack)
                 legend = target.get("legendFormat", target.get("refId"))
                 empty.append(f"panel {panel['title']!r}, {legend!r}: {expr}")
     assert checked >= 30, checked
-    assert not empty, "no data from a real run:\n" + "\n".join(empty) + "\n" + stack.log("run")
+    tail = "\n".join(stack.log("run").splitlines()[-12:])
+    assert not empty, "no data from a real run:\n" + "\n".join(empty) + "\nthe run:\n" + tail
