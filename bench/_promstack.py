@@ -50,7 +50,9 @@ def _wait(what: str, check: Any, timeout_s: float, procs: list[subprocess.Popen]
     while not check():
         for p in procs:
             if p.poll() is not None:
-                raise RuntimeError(f"{what}: {p.args[0]} ... exited {p.returncode}")
+                raise RuntimeError(
+                    f"{what}: {' '.join(map(str, p.args[:5]))} ... exited {p.returncode}"
+                )
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what}: not after {timeout_s:.0f} s")
         time.sleep(0.2)
