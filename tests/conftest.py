@@ -23,12 +23,10 @@ from tests.vllm.shared import stop_shared
 # Tests that use the session's shared vLLM server: one work unit, one worker.
 SHARED_VLLM_UNIT = "real-vllm-shared-server"
 # Modules that start servers of their own (no shared counters): a unit per module (its
-# tests share that module's server), sent early, beside the shared-server unit.
-OWN_SERVERS = (
-    "tests/vllm/test_canary_real.py",
-    "tests/vllm/test_agent_replay_real.py",
-    "tests/vllm/test_otlp_real.py",
-)
+# tests share that module's servers), sent early, beside the shared-server unit. Only the
+# canary: starting servers is what it tests (the 64k-context and span-export tests use the
+# shared server, which tests/vllm/shared.py starts with both).
+OWN_SERVERS = ("tests/vllm/test_canary_real.py",)
 # The long end-to-end files (measured with --durations), sent before the short tests.
 LONG_FIRST = (
     "tests/vllm/",

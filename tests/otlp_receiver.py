@@ -2,14 +2,24 @@
 
 Decodes the protobuf bodies with opentelemetry-proto's ExportMetricsServiceRequest /
 ExportTraceServiceRequest and flattens them into plain rows the tests can check.
+
+Also runnable as a process that outlives one test (tests/vllm/shared.py starts one beside
+the shared vLLM server): it appends every span it gets to a JSONL file, one span a line,
+and writes its URL to a second file once it listens:
+    python -m tests.otlp_receiver SPANS.jsonl URL_FILE    # until SIGTERM
 """
 
 from __future__ import annotations
 
 import gzip
+import json
+import os
+import signal
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -69,12 +79,41 @@ class Received:
         return out
 
 
+def span_rows(req: ExportTraceServiceRequest) -> list[dict[str, Any]]:
+    """The spans of one trace export as plain rows (ids in hex, times in Unix ns)."""
+    rows = []
+    for rs in req.resource_spans:
+        res = attrs(rs.resource.attributes)
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                rows.append({
+                    "name": s.name, "trace_id": s.trace_id.hex(),
+                    "span_id": s.span_id.hex(), "parent": s.parent_span_id.hex(),
+                    "kind": s.kind, "start": s.start_time_unix_nano,
+                    "end": s.end_time_unix_nano, "attributes": attrs(s.attributes),
+                    "events": [e.name for e in s.events], "status": s.status.code,
+                    "resource": res,
+                })  # fmt: skip
+    return rows
+
+
+def read_spans(path: Path) -> list[dict[str, Any]]:
+    """The spans a sinking receiver has written so far (a line still being written is left out)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
 class Receiver:
     """`with Receiver() as r:` serves on r.url until the block ends. status: answer code."""
 
-    def __init__(self, status: int = 200) -> None:
+    def __init__(self, status: int = 200, spans_jsonl: Path | None = None) -> None:
         self.got = Received()
         self.status = status
+        # a file each span is appended to (flushed, one whole line a write) instead of got.spans
+        self.sink = open(spans_jsonl, "a") if spans_jsonl else None  # noqa: SIM115
         self.lock = threading.Lock()
         receiver = self
 
@@ -106,6 +145,8 @@ class Receiver:
     def __exit__(self, *_exc: Any) -> None:
         self.server.shutdown()
         self.server.server_close()
+        if self.sink is not None:
+            self.sink.close()
 
     def take(self, path: str, body: bytes) -> bytes:
         if path == "/v1/metrics":
@@ -115,19 +156,12 @@ class Receiver:
             return ExportMetricsServiceResponse().SerializeToString()
         if path == "/v1/traces":
             self.got.trace_posts += 1
-            treq = ExportTraceServiceRequest.FromString(body)
-            for rs in treq.resource_spans:
-                res = attrs(rs.resource.attributes)
-                for ss in rs.scope_spans:
-                    for s in ss.spans:
-                        self.got.spans.append({
-                            "name": s.name, "trace_id": s.trace_id.hex(),
-                            "span_id": s.span_id.hex(), "parent": s.parent_span_id.hex(),
-                            "kind": s.kind, "start": s.start_time_unix_nano,
-                            "end": s.end_time_unix_nano, "attributes": attrs(s.attributes),
-                            "events": [e.name for e in s.events], "status": s.status.code,
-                            "resource": res,
-                        })  # fmt: skip
+            spans = span_rows(ExportTraceServiceRequest.FromString(body))
+            if self.sink is None:
+                self.got.spans += spans
+            else:
+                self.sink.write("".join(json.dumps(s, default=str) + "\n" for s in spans))
+                self.sink.flush()
             return ExportTraceServiceResponse().SerializeToString()
         return b""
 
@@ -149,3 +183,19 @@ class Receiver:
                             )
                             p.monotonic = bool(getattr(data, "is_monotonic", False))
                         self.got.points.append(p)
+
+
+def main(argv: list[str]) -> int:
+    """Receive into argv[0] (JSONL) until SIGTERM; argv[1] gets the URL once listening."""
+    spans, url_file = Path(argv[0]), Path(argv[1])
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with Receiver(spans_jsonl=spans) as r:
+        tmp = url_file.with_suffix(".tmp")
+        tmp.write_text(r.url)
+        os.replace(tmp, url_file)  # whole or absent: the reader polls for it
+        r.thread.join()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,7 +1,8 @@
 """Fixtures for the real-vLLM integration tests (pytest -m vllm).
 
-One real server per test session (tests/vllm/server.py), on a free 127.0.0.1
-port, stopped by process group at the end. Without the setup from
+One real server per test session (tests/vllm/server.py, started with the 64k
+context and span export of tests/vllm/shared.py), on a free 127.0.0.1 port,
+stopped by process group at the end. Without the setup from
 scripts/setup_vllm_cpu.sh the tests skip with that hint -- unless
 AGENTLOAD_REQUIRE_VLLM=1 (CI), where a missing setup fails them.
 
@@ -10,7 +11,10 @@ Knobs (environment):
   AGENTLOAD_REQUIRE_VLLM   1: missing setup or a server that will not start is a failure
   AGENTLOAD_VLLM_LOG_DIR   keep the server log there (CI artifact) instead of a tmp dir
   AGENTLOAD_VLLM_URL       reuse a server already running with tests/vllm/server.py's
-                           flags (local iteration only; its log via AGENTLOAD_VLLM_LOG)
+                           flags (local iteration only; its log via AGENTLOAD_VLLM_LOG).
+                           The tests that need what only the suite's own server has
+                           (its exported spans; a 64k context, unless it serves one)
+                           skip, saying so.
 
 Under pytest-xdist the workers share one server (tests/vllm/shared.py): the
 first worker that needs it starts it, the others attach, and the controller
@@ -34,7 +38,7 @@ from typing import Any
 import pytest
 
 from tests.vllm import shared
-from tests.vllm.server import VllmServer, setup_problem
+from tests.vllm.server import setup_problem
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,8 +61,9 @@ def server_log(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The running real vLLM server (VllmServer-like: base_url, model, log_path, get, post_json)."""
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[shared.SharedServer]:
+    """The running real vLLM server (base_url, model, log_path, spans_path, max_model_len,
+    get, post_json), with a 64k context and its spans exported (tests/vllm/shared.py)."""
     url = os.environ.get("AGENTLOAD_VLLM_URL")
     if url:
         yield shared.SharedServer(url, os.environ.get("AGENTLOAD_VLLM_LOG"))
@@ -71,18 +76,23 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         except RuntimeError as e:
             pytest.fail(f"real vLLM did not start: {e}", pytrace=False)
         return  # the xdist controller stops the shared server at session end
-    srv = VllmServer(log_path=log)
-    t0 = time.monotonic()
     try:
-        srv.start()
+        up = shared.start(tmp_path_factory.mktemp(shared.FOLDER), log)
     except RuntimeError as e:
         # A setup that exists but cannot serve is always a failure, never a skip.
         pytest.fail(f"real vLLM did not start: {e}", pytrace=False)
-    sys.stderr.write(f"\n[vllm] {srv.base_url} up in {time.monotonic() - t0:.0f} s, log {log}\n")
     try:
-        yield srv
+        yield up.shared()
     finally:
-        srv.stop()
+        up.stop()
+
+
+def skip_if_provided(server: shared.SharedServer, lacks: str) -> None:
+    """Skip when the server came from AGENTLOAD_VLLM_URL and ``lacks`` what the test needs;
+    the suite's own server has it (tests/vllm/shared.py), so in CI this never skips."""
+    if server.context is None:
+        pytest.skip(f"AGENTLOAD_VLLM_URL: the provided server {lacks}; unset it to let the "
+                    "suite start its own (tests/vllm/shared.py)")  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

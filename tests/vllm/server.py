@@ -108,6 +108,10 @@ class ServerHttp:
     def metrics_text(self) -> str:
         return self.get("/metrics").decode()
 
+    def served_max_model_len(self) -> int:
+        """The context length /v1/models says the served model has."""
+        return int(json.loads(self.get("/v1/models"))["data"][0]["max_model_len"])
+
 
 @dataclass
 class VllmServer(ServerHttp):

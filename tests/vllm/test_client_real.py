@@ -254,12 +254,16 @@ def test_required_tool_choice_non_streamed_returns_raw_text_not_tool_calls(
             },
             404,
         ),
-        ({"messages": [{"role": "user", "content": "word " * 9000}], "max_tokens": 4}, 400),
+        ({"messages": [{"role": "user", "content": "OVER_CONTEXT"}], "max_tokens": 4}, 400),
         ({"prompt": "hi", "max_tokens": 100000}, 400),
     ],
 )
 def test_server_errors_are_records_not_exceptions(vllm_server, client, body, status) -> None:
     body = {"model": vllm_server.model, **body}
+    if body.get("messages", [{}])[0].get("content") == "OVER_CONTEXT":
+        # a prompt past the served context, whatever it is (the shared server's is 64k)
+        over = "word " * (vllm_server.max_model_len + 1000)
+        body["messages"] = [{"role": "user", "content": over}]
     endpoint = "completions" if "prompt" in body else "chat"
     req = PreparedRequest(
         path=CHAT if endpoint == "chat" else COMPLETIONS,

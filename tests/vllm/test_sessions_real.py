@@ -74,7 +74,9 @@ def test_actual_history_random_model_tool_calls_are_tool_loop_failures(
             f"classes.agent.request.stream={str(stream).lower()}",
         ],
     )
-    planner = SessionPlanner(profile, tok, model=vllm_server.model, max_model_len=8192, seed=11)
+    planner = SessionPlanner(
+        profile, tok, model=vllm_server.model, max_model_len=vllm_server.max_model_len, seed=11
+    )
     for s, recs in drive(planner, client, "agent", 3):
         assert all(r.ok for r in recs), [(r.error_kind, r.error_detail) for r in recs]
         assert s.outcome == "tool_loop_failure", (s.outcome, s.reason)
@@ -90,7 +92,9 @@ def test_actual_history_random_model_tool_calls_are_tool_loop_failures(
 def test_scripted_sessions_complete_and_reuse_the_cached_prefix(vllm_server, tools_client) -> None:
     tok, client = tools_client
     profile = load_profile("quickstart", SMALL)
-    planner = SessionPlanner(profile, tok, model=vllm_server.model, max_model_len=8192, seed=12)
+    planner = SessionPlanner(
+        profile, tok, model=vllm_server.model, max_model_len=vllm_server.max_model_len, seed=12
+    )
     results = drive(planner, client, "agent", 2)
     for s, recs in results:
         assert s.outcome == "completed", (s.outcome, s.reason)
