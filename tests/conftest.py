@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -74,6 +76,22 @@ if LoadScopeScheduling is not None:
         if config.getvalue("dist") != "load":
             return None  # an explicit --dist keeps xdist's own
         return _Scheduling(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _no_monkey_patched_test_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """`import locust` monkey-patches the interpreter it runs in; in a pytest-xdist worker the
+    worker's own threads then end in gevent's LoopExit and every test still queued on it is
+    lost (a full-suite run once lost 124 this way). Tests that need Locust's users run them
+    in their own process (tests/test_pacing.py, tests/test_spawn_choice.py show how)."""
+    yield
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None and monkey.is_module_patched("threading"):
+        pytest.fail(
+            f"{request.node.nodeid} monkey-patched the test process (imported locust?): "
+            "run the Locust part in its own process",
+            pytrace=False,
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -3,7 +3,10 @@ child classes: the profile, the planner's step shapes, and the player's join."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import gevent
 import pytest
@@ -181,9 +184,26 @@ def _player_pause(step, joins: list[str]) -> tuple[list[str], list[float]]:
     return events, sleeps
 
 
+def _in_own_process(check: str, *args: str) -> None:
+    """Run ``check`` (a function of this module) in its own interpreter: the player lives
+    beside Locust's users, and `import locust` monkey-patches the interpreter it runs in (an
+    xdist worker's own threads then end in gevent's LoopExit, as tests/test_pacing.py says)."""
+    root = Path(__file__).resolve().parents[1]
+    code = f"import sys, tests.test_spawn_choice as t; t.{check}(*sys.argv[1:])"
+    p = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=root, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
 def test_the_player_runs_the_tools_beside_the_children_and_joins_the_slowest():
     """The tools' pause runs while the children do: the join waits for the slowest of
     both, not their sum."""
+    _in_own_process("player_joins_the_slowest_check")
+
+
+def player_joins_the_slowest_check() -> None:
     second, _, _, joins = _drive(make(MIXED).new_session("agent", 0, 0))[1]
     events, sleeps = _player_pause(second, joins)
     assert events == ["child start", "child start", "tool pause over", "child end", "child end"]
@@ -193,6 +213,11 @@ def test_the_player_runs_the_tools_beside_the_children_and_joins_the_slowest():
 def test_a_replayed_task_beside_a_bash_waits_for_both(tmp_path):
     """Closed-loop replay of a Claude Code round with a Task and a Bash: the next round's
     pause is the Bash's recorded wait, it joins the sidechain, and the player overlaps them."""
+    _in_own_process("replayed_task_beside_a_bash_check", str(tmp_path))
+
+
+def replayed_task_beside_a_bash_check(folder: str) -> None:
+    tmp_path = Path(folder)
     from tests.test_agent_replay import _play
     from tests.test_agent_traces import _task_session, _write
     from workload.plan.prompts import synth_for
