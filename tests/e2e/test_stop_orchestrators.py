@@ -96,7 +96,8 @@ def test_canary_stopped_in_its_second_block(tmp_path, sim_url, sig, group, code)
         "canary", "--baseline", sim_url, "--candidate", sim_url, "--profile", PROFILE,
         "--users", "2", "--blocks", "3", "--block-s", "8", "--n-boot", "100", "--out", str(out),
     )  # fmt: skip
-    _wait_for(proc, out / "candidate" / "block-1")
+    for side in ("candidate", "baseline"):  # a loaded machine starts one side's run later
+        _wait_for(proc, out / side / "block-1")
     stdout, stderr = _stop(proc, sig, group)
     assert proc.returncode == code, (stdout[-3000:], stderr[-3000:])
     assert "Traceback" not in stdout + stderr and "before the run started" not in stdout + stderr
