@@ -85,6 +85,10 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     if role == "master":
         warmup.raise_heartbeat_tolerance()
     if environment.web_ui is not None:
+        # Before the first test too: a Ctrl-C that Python turns into a KeyboardInterrupt lands
+        # in whichever greenlet runs, and gevent's WSGI server prints a traceback when that is
+        # the one answering the page.
+        signals.install_signal_handlers(environment, role)
         webui.install(environment)
         webui.prefill_form(environment)
         webui.announce(environment)
