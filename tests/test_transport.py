@@ -458,8 +458,10 @@ def test_real_server_closing_after_every_reply_loses_no_request(server_factory):
         return [client.exchange(real_request()) for _ in range(15)]
 
     jobs = [gevent.spawn(user) for _ in range(4)]
-    gevent.joinall(jobs, timeout=30)
+    gevent.joinall(jobs, timeout=30)  # ~1 s alone; a bound on a hang, not a timing claim
     client.close()
+    stuck = [(i, j.ready(), repr(j.exception)) for i, j in enumerate(jobs) if not j.successful()]
+    assert not stuck, (stuck, len(srv.requests))  # a full suite once saw one unfinished at 30 s
     recs = [r for j in jobs for r in j.value]
     assert len(recs) == 60
     bad = [(r.error_kind, r.error_detail) for r in recs if not r.ok]

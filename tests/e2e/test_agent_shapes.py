@@ -19,13 +19,10 @@ def _end(r: dict) -> float:
     return r["t_start"] + r["e2e_ms"] / 1000
 
 
-def test_subagents_run_beside_each_other_and_the_parent_joins_them(tmp_path: Path) -> None:
-    out = tmp_path / "r"
-    p = agentload(
-        "run", "--profile", PROFILE, "--users", "2", "--sessions-per-user", "3",
-        "--duration", "60s", "--sim-preset", "fast", "--sim-set", "reasoning_field=reasoning",
-        "--out", str(out), timeout=150,
-    )  # fmt: skip
+def _spawned_run(out: Path, *args: str, timeout: float) -> tuple[list, dict, list, dict]:
+    """Run, check it passed and every session completed: (requests, requests by session,
+    child sessions, children by (parent session, spawning step))."""
+    p = agentload("run", *args, "--sim-preset", "fast", "--out", str(out), timeout=timeout)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     reqs = list(read_records(out, "requests"))
     sess = list(read_records(out, "sessions"))
@@ -33,12 +30,21 @@ def test_subagents_run_beside_each_other_and_the_parent_joins_them(tmp_path: Pat
     for r in reqs:
         by.setdefault(r["session_id"], []).append(r)
     kids = [s for s in sess if s["parent_session"]]
-    assert kids and all(s["user_class"] == "explorer" for s in kids)
     assert all(s["outcome"] == "completed" for s in sess)
     spawns: dict[tuple[str, int], list[str]] = {}
     for s in kids:
         step = int(s["session_id"].rsplit("-", 1)[1].split(".")[0])
         spawns.setdefault((s["parent_session"], step), []).append(s["session_id"])
+    return reqs, by, kids, spawns
+
+
+def test_subagents_run_beside_each_other_and_the_parent_joins_them(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    reqs, by, kids, spawns = _spawned_run(
+        out, "--profile", PROFILE, "--users", "2", "--sessions-per-user", "3",
+        "--duration", "60s", "--sim-set", "reasoning_field=reasoning", timeout=150,
+    )  # fmt: skip
+    assert kids and all(s["user_class"] == "explorer" for s in kids)
     overlapped = 0
     for (parent, step), names in spawns.items():
         spawn = next(r for r in by[parent] if r["step"] == step)
@@ -90,24 +96,11 @@ def test_a_spawn_beside_a_tool_joins_the_slowest_of_both_and_picks_child_classes
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "r"
-    p = agentload(
-        "run", "--profile", str(FIXTURES / "agent_spawn_choice.yaml"), "--users", "1",
-        "--sessions-per-user", "2", "--duration", "30s", "--sim-preset", "fast",
-        "--out", str(out), timeout=90,
+    _, by, kids, spawns = _spawned_run(
+        out, "--profile", str(FIXTURES / "agent_spawn_choice.yaml"), "--users", "1",
+        "--sessions-per-user", "2", "--duration", "30s", timeout=90,
     )  # fmt: skip
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    reqs = list(read_records(out, "requests"))
-    sess = list(read_records(out, "sessions"))
-    by: dict[str, list[dict]] = {}
-    for r in reqs:
-        by.setdefault(r["session_id"], []).append(r)
-    kids = [s for s in sess if s["parent_session"]]
     assert {s["user_class"] for s in kids} == {"explorer", "coder"}  # the weighted choice
-    assert all(s["outcome"] == "completed" for s in sess)
-    spawns: dict[tuple[str, int], list[str]] = {}
-    for s in kids:
-        step = int(s["session_id"].rsplit("-", 1)[1].split(".")[0])
-        spawns.setdefault((s["parent_session"], step), []).append(s["session_id"])
     assert len(spawns) == 4 and all(len(n) == 2 for n in spawns.values())
     waited_for_tool = waited_for_child = 0
     for (parent, step), names in spawns.items():
