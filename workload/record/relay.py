@@ -224,6 +224,7 @@ class BodyRelay(asyncio.Protocol):
                 "client-done: the client closed the connection after the stream's final "
                 "event, before the body's last chunk"
             )
+            return
         self._finish("gone: the client closed the connection mid-response")
 
     def _finish(self, outcome: str) -> None:
