@@ -71,6 +71,19 @@ ENV = {
 }
 
 
+def parse_plan(text: str) -> tuple[tuple[str, int], ...]:
+    """`aa:1,spec-off:5` -> (("aa", 1), ("spec-off", 5)); an unknown kind is a usage error."""
+    plan = []
+    for item in text.split(","):
+        kind, _, n = item.strip().partition(":")
+        if kind not in KINDS or not n.isdigit() or int(n) < 1:
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: want KIND:TRIALS, KIND one of {', '.join(KINDS)}"
+            )
+        plan.append((kind, int(n)))
+    return tuple(plan)
+
+
 def command(kind: str) -> list[str]:
     """The server command of one side: the test server's, with `kind`'s flags changed."""
     argv = VllmServer(log_path=Path("unused"), port=1).argv()
@@ -148,6 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stop-at", default="", help="HH:MM UTC: start no trial after this")
     p.add_argument("--cwd", default=str(REPO), help="where `workload` is imported from")
     p.add_argument("--first", type=int, default=0, help="number of the first trial")
+    p.add_argument(
+        "--plan",
+        type=parse_plan,
+        default=PLAN,
+        help="KIND:TRIALS,... groups in order, each on a freshly started candidate "
+        f"(kinds: {', '.join(KINDS)}; default: the 16-group plan above)",
+    )
     args = p.parse_args(argv)
     problem = setup_problem()
     if problem:
@@ -162,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     i, n_srv = args.first, 0
     base = start_server(args.out, f"s{n_srv:02d}-baseline", "aa")
     try:
-        for g, (kind, n) in enumerate(PLAN):
+        for g, (kind, n) in enumerate(args.plan):
             if g == args.restart_baseline_at:
                 base.stop()
                 n_srv += 1
