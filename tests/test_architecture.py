@@ -206,6 +206,27 @@ def test_the_error_line_is_written_only_by_print_error():
     )
 
 
+def test_a_warning_printed_on_stderr_comes_from_print_warning():
+    found = [
+        f"{path}:{node.lineno}: {ast.unparse(node)[:80]}"
+        for path, _, tree in _modules()
+        if path != "workload/errors.py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and _writes_stderr(node) and "warning:" in _literal_text(node)
+    ]
+    assert not found, (
+        "a `agentload: warning: ...` line on stderr comes from workload.errors.print_warning:\n"
+        + "\n".join(found)
+    )
+
+
+def test_print_warning_writes_one_line(capsys):
+    from workload.errors import print_warning
+
+    print_warning("two\nlines")
+    assert capsys.readouterr().err == "agentload: warning: two lines\n"
+
+
 STRICT_PACKAGES = ["workload.run.*", "workload.measure.*", "workload.analyze.*"]
 # What --strict turns on that a module override can hold (mypy takes `strict` itself
 # only globally); warn_redundant_casts and warn_unused_configs are global-only.

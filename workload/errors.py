@@ -121,6 +121,12 @@ def print_error(message: str) -> None:
     print(PREFIX + " ".join(message.split("\n")), file=sys.stderr, flush=True)
 
 
+def print_warning(message: str) -> None:
+    """Write one warning line, `agentload: warning: ...`, on stderr (where a CI log shows it);
+    the run goes on."""
+    print("agentload: warning: " + " ".join(message.split("\n")), file=sys.stderr, flush=True)
+
+
 def report(e: AgentloadError) -> int:
     """Print the error's line; its exit code."""
     print_error(e.line())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from workload.analyze.options import add_verdict_options
@@ -10,7 +9,7 @@ from workload.analyze.render import input_warnings, render_text
 from workload.analyze.startup import add_startup, split_startup_flags
 from workload.analyze.thresholds import parse_threshold_flags
 from workload.analyze.verdict import compare_runs
-from workload.errors import ArgParser
+from workload.errors import ArgParser, print_warning
 from workload.measure.artifacts import write_json
 from workload.report.compare_report import write_compare_report
 
@@ -37,8 +36,8 @@ def main_compare(argv: list[str]) -> int:
     )
     add_startup(cmp, startup_flags)  # canary-started servers: time to ready, memory
     print(render_text(cmp))
-    for w in input_warnings(cmp):  # damaged input: on stderr, where a CI log shows it
-        print(f"agentload: warning: {w}", file=sys.stderr)
+    for w in input_warnings(cmp):  # damaged input
+        print_warning(w)
     if args.json:
         write_json(args.json, cmp.to_dict())
     if args.html:

@@ -7,10 +7,9 @@ agentload record --upstream URL --out DIR [--port 8100] [--host 127.0.0.1]
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from workload.errors import ArgParser, UsageError
+from workload.errors import ArgParser, UsageError, print_warning
 from workload.record import RecordOptions, check_out_dir, parse_upstream, record
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -107,15 +106,13 @@ def main_record(argv: list[str]) -> int:
     """Run `agentload record ...` until Ctrl-C / SIGTERM (exit 130 / 143, the trace complete)."""
     o = options(argv)
     if o.host not in LOOPBACK:
-        print(
-            f"agentload: warning: listening on {o.host}: anyone who can reach this port can use "
-            f"{o.upstream.url} through it with their own key, and their traffic is recorded",
-            file=sys.stderr,
+        print_warning(
+            f"listening on {o.host}: anyone who can reach this port can use "
+            f"{o.upstream.url} through it with their own key, and their traffic is recorded"
         )
     if o.keep_content:
-        print(
-            f"agentload: warning: --keep-content stores every prompt and answer in "
-            f"{o.out}/content.jsonl (headers, and so API keys, are never stored)",
-            file=sys.stderr,
+        print_warning(
+            f"--keep-content stores every prompt and answer in "
+            f"{o.out}/content.jsonl (headers, and so API keys, are never stored)"
         )
     return record(o)

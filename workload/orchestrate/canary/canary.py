@@ -53,7 +53,7 @@ from workload.analyze.render import input_warnings, render_text
 from workload.analyze.startup import add_startup, split_startup_flags
 from workload.analyze.traffic import VALIDATED_BLOCKS
 from workload.analyze.verdict import compare_runs
-from workload.errors import EXIT_BAD_INPUT, EXIT_REGRESSION, CanaryError, UsageError
+from workload.errors import EXIT_BAD_INPUT, EXIT_REGRESSION, CanaryError, UsageError, print_warning
 from workload.measure.artifacts import write_json
 from workload.orchestrate.canary.console import (
     PROGRESS_S,
@@ -469,8 +469,8 @@ def _write_verdict(cmp: Comparison, canary: dict[str, Any], out_dir: Path, html:
     d["canary"] = canary
     write_json(out_dir / "comparison.json", d)
     print(render_text(cmp))
-    for w in input_warnings(cmp):  # damaged block files: on stderr, as `compare` says it
-        print(f"agentload: warning: {w}", file=sys.stderr)
+    for w in input_warnings(cmp):  # damaged block files, as `compare` says it
+        print_warning(w)
     if html:
         write_compare_report(cmp, out_dir / "compare.html")
         print(f"report: {out_dir / 'compare.html'}")
