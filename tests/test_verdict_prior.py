@@ -170,3 +170,21 @@ def test_the_verdict_quality_page_is_what_the_committed_summaries_give(monkeypat
     page = verdict_tables.DOC.read_text()
     assert "<!-- table:real-rates -->" in page and "(no results yet)" not in page
     assert verdict_tables.rewrite(page) == page, "python bench/verdict_tables.py --write"
+
+
+def test_acceptance_reported_by_one_side_only_does_not_hold_the_verdict(tmp_path):
+    # a candidate with speculation off has no acceptance, and more traffic would not give it
+    # one: the rows do not apply, a warning says why, and the latencies decide
+    a = write_run(tmp_path / "a", classes={"chat": ClassSpec(sessions=20, steps=3)})
+    off = {"chat": ClassSpec(sessions=20, steps=3, spec_decode=False)}
+    b = write_run(tmp_path / "b", classes=off, noise_seed=2)
+    cmp = compare_runs(a, b)
+    for metric in ("spec_acceptance_rate", "spec_acceptance_length"):
+        row = _row(cmp, "overall", metric)
+        assert row.n_a > 0 and row.n_b == 0
+        assert not row.gated and row.note == "does not apply: only A reports speculative decoding"
+    assert any(w.startswith("speculative decoding reported by A only") for w in cmp.warnings)
+    assert cmp.verdict != VERDICT_INCONCLUSIVE
+    # both sides without drafts: nothing to say about speculation
+    c = write_run(tmp_path / "c", classes=off)
+    assert not any("speculative decoding" in w for w in compare_runs(c, b).warnings)

@@ -170,6 +170,7 @@ def compare_runs(
         prior_rows(metrics, n_blocks)  # the measured instance spread stands in (prior.py)
     _choose_gates(metrics, th, explicit_gates(thresholds), n_blocks)
     _drop_impossible(metrics, pair, scopes)
+    warnings += _drop_one_sided(metrics)
     tails = _judge_all(metrics, 1.0 - confidence)
     gated = [m for m in metrics if m.gated]
     warnings += _judged_warnings(gated)
@@ -331,6 +332,32 @@ def _drop_impossible(
                 and not (m.counts and (m.counts[0] or m.counts[2]))
             ):
                 m.gated, m.note = False, "does not apply: no tool calls on either side"
+
+
+ONE_SIDED = ("spec_acceptance_rate", "spec_acceptance_length")
+
+
+def _drop_one_sided(metrics: list[MetricDiff]) -> list[str]:
+    """Un-gate speculative-decoding acceptance where only one side reports any: a server
+    without drafts (speculation off, or its per-request spec metrics off) has no acceptance
+    to compare, and no amount of traffic gives it one, so the row must not hold the verdict
+    inconclusive. Its effect is in the latency rows, which still gate. The warning line."""
+    sides = set()
+    for m in metrics:
+        if m.gated and m.metric in ONE_SIDED and (m.n_a == 0) != (m.n_b == 0):
+            side = "A" if m.n_a else "B"
+            m.gated = False
+            m.note = f"does not apply: only {side} reports speculative decoding"
+            sides.add(side)
+    if len(sides) != 1:
+        return []
+    side = sides.pop()
+    other = "B" if side == "A" else "A"
+    return [
+        f"speculative decoding reported by {side} only ({other} has no accepted drafts: "
+        "speculation off, or its per-request spec metrics off): acceptance not compared; "
+        "its effect is in the latency rows"
+    ]
 
 
 def _judge_all(metrics: list[MetricDiff], alpha: float) -> GateTails:
