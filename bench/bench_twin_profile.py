@@ -54,11 +54,13 @@ def eos_sets(profile: str, given: list[str]) -> list[str]:
 
 
 def side(run_json: Path) -> dict[str, Any]:
-    """The figures of one run directory's run.json: p50/p95 per metric, counts, exit code."""
+    """The figures of one run directory's run.json: p50/p95 per metric (0 where no sample: a
+    cell that is "not met"), counts, exit code."""
     doc = json.loads(run_json.read_text(encoding="utf-8"))
     o = doc["summary"]["overall"]
     got: dict[str, Any] = {
-        m: (o[f"{m}_ms"].get("p50") or 0.0, o[f"{m}_ms"].get("p95") or 0.0) for m in METRICS
+        m: ((o.get(f"{m}_ms") or {}).get("p50") or 0.0, (o.get(f"{m}_ms") or {}).get("p95") or 0.0)
+        for m in METRICS
     }
     ok = int(o.get("ok") or 0)
     got.update(
