@@ -69,6 +69,10 @@ def side(run_json: Path) -> dict[str, Any]:
         errors=int(o.get("errors") or 0),
         tokens=(o.get("completion_tokens") or 0) / ok if ok else 0.0,
         exit=doc.get("exit_code"),
+        served=(
+            (doc.get("target") or {}).get("model"),
+            (doc.get("target") or {}).get("max_model_len"),
+        ),
     )
     return got
 
@@ -86,6 +90,11 @@ def rows(levels: list[tuple[str, dict[str, Any], dict[str, Any]]], label: str) -
             f"{b['errors']}, completion tokens per ok request {a['tokens']:.0f} / "
             f"{b['tokens']:.0f}, exit code {a['exit']} / {b['exit']} (server / {label})"
         )
+        if a.get("served") != b.get("served"):
+            out.append(
+                f"{name}: not the same traffic: model and max_model_len {a.get('served')} / "
+                f"{b.get('served')} (agentload plans for what each side serves)"
+            )
     return out
 
 

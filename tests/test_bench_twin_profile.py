@@ -23,7 +23,9 @@ def write_run(path: Path, p50: float, p95: float, ok: int, tokens: int, exit_cod
     block = {"count": ok, "p50": p50, "p95": p95}
     overall = {f"{m}_ms": dict(block) for m in ("ttft", "itl", "tpot", "e2e")}
     overall.update(requests=ok + 1, ok=ok, errors=1, completion_tokens=tokens)
-    path.write_text(json.dumps({"summary": {"overall": overall}, "exit_code": exit_code}))
+    target = {"model": "tiny", "max_model_len": 8192}
+    doc = {"summary": {"overall": overall}, "exit_code": exit_code, "target": target}
+    path.write_text(json.dumps(doc))
     return path
 
 
@@ -37,6 +39,12 @@ def test_each_cell_outside_15_percent_says_not_met(bench, tmp_path) -> None:
     assert out[4] == (
         "knee (4): requests 11 / 9, errors 1 / 1, completion tokens per ok request 90 / 90, "
         "exit code 0 / 3 (server / twin)"
+    )
+    assert len(out) == 5  # both serve the same model and context: the same planned traffic
+    twin["served"] = ("tiny", 65536)
+    assert bench.rows([("knee (4)", server, twin)], "twin")[5] == (
+        "knee (4): not the same traffic: model and max_model_len ('tiny', 8192) / "
+        "('tiny', 65536) (agentload plans for what each side serves)"
     )
 
 
