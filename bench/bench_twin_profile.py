@@ -126,7 +126,9 @@ def one_run(args: argparse.Namespace, run: int, tmp: Path) -> None:
             sides = {"server": args.host, "twin": twin_url}
             order = ["server", "twin"] if (run + i) % 2 == 0 else ["twin", "server"]
             got = {
-                s: side(agentload_run(sides[s], args, users, seed, tmp / f"r{run}-u{users}-{s}"))
+                s: side(
+                    agentload_run(sides[s], args, users, seed, tmp / f"r{run}-l{i}-u{users}-{s}")
+                )
                 for s in order
             }
             levels.append((level_name(users, i), got["server"], got["twin"]))
