@@ -79,8 +79,11 @@ def load(url: str, users: int, seconds: float, seed: int) -> dict[str, list[floa
     return out
 
 
-def start_twin(path: str, noise: bool) -> tuple[subprocess.Popen[str], str]:
-    """The twin in a child process (instance noise only if `noise`); (process, URL)."""
+def start_twin(
+    path: str, noise: bool, sets: tuple[str, ...] = ("output_len_mean=48",)
+) -> tuple[subprocess.Popen[str], str]:
+    """The twin in a child process (instance noise only if `noise`, `sets` as `--set` each);
+    (process, URL). The default set is this bench's 48-token replies."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -90,8 +93,7 @@ def start_twin(path: str, noise: bool) -> tuple[subprocess.Popen[str], str]:
             path,
             "--port",
             "0",
-            "--set",
-            "output_len_mean=48",
+            *(a for kv in sets for a in ("--set", kv)),
             *(() if noise else ("--no-instance-noise",)),
         ],
         stdout=subprocess.PIPE,
@@ -102,24 +104,35 @@ def start_twin(path: str, noise: bool) -> tuple[subprocess.Popen[str], str]:
     return proc, line.rsplit(" ", 1)[-1].strip()
 
 
-def table(
-    real: dict[str, dict[str, list[float]]], twin: dict[str, dict[str, list[float]]], label: str
-) -> None:
-    """The markdown table of one run; `label` names the second side ("twin" or "again")."""
+def header(label: str) -> None:
+    """The head of a run's markdown table; `label` names the second side."""
     print(
         f"| level | metric | server p50 | {label} p50 | error | server p95 | {label} p95 | error |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+
+
+def cells(a: float, b: float) -> list[str]:
+    """Server figure, the other side's, and its relative error ("not met" outside TARGET)."""
+    err = (b - a) / a if a else float("nan")
+    miss = "" if abs(err) <= TARGET else " not met"
+    return [f"{a:.1f}", f"{b:.1f}", f"{err:+.0%}{miss}"]
+
+
+def table(
+    real: dict[str, dict[str, list[float]]], twin: dict[str, dict[str, list[float]]], label: str
+) -> None:
+    """The markdown table of one run; `label` names the second side ("twin" or "again")."""
+    header(label)
     for name, users in LEVELS:
         a_side, b_side = real[name], twin[name]
         for metric in ("ttft", "itl", "e2e"):
-            cells = []
-            for q in (0.5, 0.95):
-                a, b = pct(a_side[metric], q), pct(b_side[metric], q)
-                err = (b - a) / a if a else float("nan")
-                miss = "" if abs(err) <= TARGET else " not met"
-                cells += [f"{a:.1f}", f"{b:.1f}", f"{err:+.0%}{miss}"]
-            print(f"| {name} ({users}) | {metric} ms | " + " | ".join(cells) + " |")
+            row = [
+                c
+                for q in (0.5, 0.95)
+                for c in cells(pct(a_side[metric], q), pct(b_side[metric], q))
+            ]
+            print(f"| {name} ({users}) | {metric} ms | " + " | ".join(row) + " |")
     for name, users in LEVELS:
         a_side, b_side = real[name], twin[name]
         print(
