@@ -13,8 +13,8 @@
 * The controller compiles the package's bytecode once (`pytest_configure`): most tests
   start `agentload`, Locust or simulator processes, and where PYTHONDONTWRITEBYTECODE is
   set (it is on the team's machines) none of them writes its `__pycache__`, so each one
-  compiled every `workload/` module it imports from source again: about 0.2 CPU-s per
-  `agentload run` process and 0.35 per Locust child, measured. Reading bytecode is not
+  compiled every `workload/` module it imports from source again: 0.16 CPU-s per
+  `agentload` process and 0.37 per Locust child (medians of 5). Reading bytecode is not
   disabled by that variable; `__pycache__/` is in .gitignore.
 """
 
