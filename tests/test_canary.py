@@ -1,4 +1,4 @@
-"""canary: orchestration of the two `agentload run`s, with a fake launcher writing synthetic runs."""
+"""canary: orchestration of the two sides' runs, with a fake launcher writing synthetic runs."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 from tests.builders import ClassSpec, write_run
 from workload.cli.main import main as agentload_main
 from workload.errors import CanaryError
-from workload.orchestrate.canary.canary import run_canary, run_command
+from workload.orchestrate.canary.canary import run_canary
 from workload.orchestrate.canary.console import progress_line
+from workload.orchestrate.locust_child import discard_unstarted
 
 BASE, CAND = "http://127.0.0.1:18001", "http://127.0.0.1:18002"
 
@@ -52,10 +53,6 @@ class FakeLauncher:
             ttft_scale=self.scale if url == CAND else 1.0,
         )  # fmt: skip
         return _Done(self.code)
-
-
-def test_each_side_is_an_agentload_run_that_reads_its_spec_from_stdin():
-    assert run_command()[1:] == ["-m", "workload.cli", "run", "--spec", "-"]
 
 
 def test_every_block_is_the_parsed_traffic_with_its_side_s_target_seed_and_length(tmp_path):
@@ -230,6 +227,36 @@ def test_interleaved_abba_blocks_with_fresh_seeds(tmp_path):
 def test_side_with_bad_input_is_reported(tmp_path):
     with pytest.raises(CanaryError, match="bad input"):
         run_canary(BASE, CAND, [], tmp_path, launch=FakeLauncher(code=2))
+
+
+def test_a_block_whose_target_does_not_answer_fails_before_any_traffic(tmp_path):
+    """Each block's run is checked as `agentload run` checks it (pre-flight), in the canary."""
+    down = "http://127.0.0.1:1"  # nothing listens on port 1
+    with pytest.raises(CanaryError, match=r"block-0 cannot start: .*127\.0\.0\.1:1"):
+        run_canary(down, down, ["--duration", "5s"], tmp_path, blocks=2, html=False)
+    for side in ("baseline", "candidate"):  # nothing created, the other side not started
+        assert not (tmp_path / side / "block-0").exists()
+
+
+def test_a_killed_run_is_exit_1_and_says_so(tmp_path, capsys):
+    run_canary(BASE, CAND, [], tmp_path, blocks=1, launch=FakeLauncher(code=-9), html=False)
+    out, err = capsys.readouterr()
+    assert "the run done: baseline exit 1; candidate exit 1" in out
+    assert "baseline: the Locust process was killed (SIGKILL)" in err
+
+
+def test_a_run_stopped_before_locust_ran_leaves_nothing(tmp_path):
+    started = tmp_path / "baseline" / "block-0"
+    started.mkdir(parents=True)
+    (started / "spec.json").write_text("{}")
+    discard_unstarted(started)
+    assert not started.exists()
+    ran = tmp_path / "baseline" / "block-1"
+    ran.mkdir()
+    (ran / "spec.json").write_text("{}")
+    (ran / "requests.jsonl").write_text("{}\n")
+    discard_unstarted(ran)
+    assert (ran / "spec.json").exists()
 
 
 def test_existing_out_is_refused(tmp_path):

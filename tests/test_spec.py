@@ -147,7 +147,7 @@ def test_run_with_a_spec_takes_only_out_and_overwrite(tmp_path):
 
 
 def test_a_spec_on_stdin_keeps_its_run_directory(tmp_path, monkeypatch):
-    """How the canary hands each block its run: the JSON on stdin, the block's directory in it."""
+    """A resolved run handed on standard input: the JSON, the run directory in it."""
     spec = resolve_run(["--profile", CHAT, "--seed", "7"]).replace(out=str(tmp_path / "blk"))
     monkeypatch.setattr(sys, "stdin", io.StringIO(spec.to_json()))
     again = resolve_run(["--spec", "-"])

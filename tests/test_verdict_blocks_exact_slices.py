@@ -364,14 +364,22 @@ def test_the_mixed_profile_gates_tpot_p90_beside_p95():
     assert "tpot_p90" not in resolve_thresholds(plain, plain, None)
 
 
-def test_the_tpot_tail_rows_share_half_of_alpha_and_the_family_keeps_its_level(tmp_path):
+@pytest.fixture(scope="module")
+def tpot_tails(tmp_path_factory):
+    """A profile gating TPOT p90 and p95, 5 blocks a side, the candidate's ITL x1.3: the
+    two sides and their comparison (read by two tests; ~1.2 CPU-s to compare)."""
+    root = tmp_path_factory.mktemp("tpot-tails")
+    sets = {"tpot_p90_pct": 35, "tpot_p95_pct": 50}
+    a = _blocks(root / "a", [1.0] * 5, 10, compare=sets)
+    b = _blocks(root / "b", [1.0] * 5, 20, itl_scale=1.3, compare=sets)
+    return a, b, compare_runs(a, b)
+
+
+def test_the_tpot_tail_rows_share_half_of_alpha_and_the_family_keeps_its_level(tpot_tails):
     from workload.analyze.judge import gate_tails
     from workload.analyze.thresholds import HEADLINE_TAIL_SHARE
 
-    sets = {"tpot_p90_pct": 35, "tpot_p95_pct": 50}
-    a = _blocks(tmp_path / "a", [1.0] * 5, 10, compare=sets)
-    b = _blocks(tmp_path / "b", [1.0] * 5, 20, itl_scale=1.3, compare=sets)
-    cmp = compare_runs(a, b)
+    a, b, cmp = tpot_tails
     alpha = 1 - cmp.confidence
     tails = cmp.tails
     assert tails.headline_rows == {("overall", "tpot_p90"), ("overall", "tpot_p95")}
@@ -489,11 +497,8 @@ def test_under_history_actual_the_shifts_compare_only_requests_with_the_same_con
     assert any("no content hashes recorded" in w for w in old.warnings)
 
 
-def test_a_class_copy_of_a_tail_row_is_shown_at_the_overall_row_s_share(tmp_path):
-    sets = {"tpot_p90_pct": 35, "tpot_p95_pct": 50}
-    a = _blocks(tmp_path / "a", [1.0] * 5, 10, compare=sets)
-    b = _blocks(tmp_path / "b", [1.0] * 5, 20, itl_scale=1.3, compare=sets)
-    cmp = compare_runs(a, b)
+def test_a_class_copy_of_a_tail_row_is_shown_at_the_overall_row_s_share(tpot_tails):
+    a, b, cmp = tpot_tails
     top, cls = _row(cmp, "overall", "tpot_p95"), _row(cmp, "class:interactive", "tpot_p95")
     assert top.gated and not cls.gated and cls.method == "blocks"
     # one class: the same blocks, so the same interval

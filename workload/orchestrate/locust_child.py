@@ -8,13 +8,17 @@ simulator starts when no --host is given, the target and profile are checked
 naming it: no spec on any command line. Stop signals reach it through
 `workload.stopping.run_child`. A run that never started (the web UI stopped before its
 first test) removes its spec.json and the directories it created. Capacity steps start
-the same child (`locust_argv`).
+the same child (`locust_argv`); a canary's blocks start it through `start_run`, with no
+`agentload run` process between the canary and each block's Locust child.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +29,7 @@ from workload.orchestrate.simhost import start_embedded_sim
 from workload.run.checks import check_out_dir, check_workers, run_dir_lock
 from workload.run.options import OPTIONS
 from workload.run.spec import SPEC_FILE, RunSpec, write_spec
-from workload.stopping import ignore_stops, run_child
+from workload.stopping import die_with_parent, ignore_stops, run_child
 
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "locust" / "locustfile.py"
 
@@ -105,6 +109,39 @@ def run_locust(spec: RunSpec) -> int:
     finally:
         if sim is not None:
             sim.stop()
+
+
+def start_run(spec: RunSpec, log: Path) -> subprocess.Popen[bytes]:
+    """Start a run an orchestrator planned (a canary block, its `out` new) as its Locust child.
+
+    Checked as `agentload run` checks it (`preflight`: a UsageError before the run directory
+    is created; a note it prints goes to `log`), its spec.json written, the child's console
+    appended to `log`. The child runs in its own session: a terminal's Ctrl-C reaches the
+    orchestrator only, which passes one stop on (`stopping.forward_stop`); it is sent SIGTERM
+    (a stop: it writes its summary) when the orchestrator dies.
+    """
+    spec = spec.replace(run_id=spec.run_id or artifacts.new_run_id())
+    out = Path(spec.out)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as text, contextlib.redirect_stdout(text):
+        preflight(spec)
+    spec_file = write_spec(spec, check_out_dir(out, overwrite=spec.overwrite))
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    # Its own session: two copies of one Ctrl-C a moment apart would be a second press to the
+    # child, "stop at once", and its run would lose its summary.
+    with open(log, "ab") as fh:  # the child keeps its own handle
+        return subprocess.Popen(  # noqa: PLW1509 - preexec_fn only sets the death signal
+            locust_argv(spec, spec_file), stdout=fh, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=die_with_parent(signal.SIGTERM), start_new_session=True,
+        )  # fmt: skip
+
+
+def discard_unstarted(out: Path) -> None:
+    """A run `start_run` started that was stopped before Locust ran leaves nothing behind:
+    when spec.json is all its directory holds, both are removed (as `agentload run` does)."""
+    if _names(out) == {SPEC_FILE}:
+        _remove_if_unused(out, set(), [out])
 
 
 def _missing_dirs(out: Path) -> list[Path]:

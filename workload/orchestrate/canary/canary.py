@@ -1,12 +1,14 @@
 """Canary: the same seeded traffic against a baseline and a candidate, then a verdict.
 
-Each side is an ordinary `agentload run` child process (so a canary side is
-exactly what a CI run records), writing under OUT/baseline and OUT/candidate;
-the comparison goes to OUT/comparison.json and OUT/compare.html.
+Each side's run is an ordinary `agentload run` (so a canary side is exactly what a CI
+run records), writing under OUT/baseline and OUT/candidate; the comparison goes to
+OUT/comparison.json and OUT/compare.html.
 
-The traffic options are parsed once, into one `RunSpec`; every child run is that spec
-with its side's target, its block's seed and length and its run directory
-(`RunSpec.replace`), handed to `agentload run --spec -` on its standard input.
+The traffic options are parsed once, into one `RunSpec`; every run is that spec with its
+side's target, its block's seed and length and its run directory (`RunSpec.replace`),
+checked and started as `agentload run --spec` would (`locust_child.start_run`: pre-flight,
+spec.json, the Locust child) but from the canary itself: an `agentload run` process per
+block only re-imported the package (about 1 CPU-s of each block's start, measured).
 
 A canary is N paired **blocks** per side (`--blocks`, default 8): each block is one
 `agentload run` of the traffic (`--block-s`, default the run's duration), with seed S+i
@@ -37,7 +39,6 @@ else 2).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -53,7 +54,15 @@ from workload.analyze.render import input_warnings, render_text
 from workload.analyze.startup import add_startup, split_startup_flags
 from workload.analyze.traffic import VALIDATED_BLOCKS
 from workload.analyze.verdict import compare_runs
-from workload.errors import EXIT_BAD_INPUT, EXIT_REGRESSION, CanaryError, UsageError, print_warning
+from workload.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_ERRORS,
+    EXIT_REGRESSION,
+    AgentloadError,
+    CanaryError,
+    UsageError,
+    print_warning,
+)
 from workload.measure.artifacts import write_json
 from workload.orchestrate.canary.console import (
     PROGRESS_S,
@@ -71,12 +80,13 @@ from workload.orchestrate.canary.servers import (
     attach_startup,
     probe_ready,
 )
+from workload.orchestrate.locust_child import discard_unstarted, start_run
 from workload.report.compare_report import write_compare_report
+from workload.run.checks import run_dir_lock
 from workload.run.options import build_run_parser, raw_values
 from workload.run.spec import RunSpec, resolve_spec
 from workload.stopping import (
     STOPS,
-    die_with_parent,
     exit_code_for_signal,
     forward_stop,
     ignore_stops,
@@ -135,27 +145,12 @@ def traffic_spec(run_args: Sequence[str]) -> RunSpec:
         raise CanaryError(str(e)) from None
 
 
-def run_command(python: str = sys.executable) -> list[str]:
-    """The `agentload run` child command; its run arrives on standard input."""
-    return [python, "-m", "workload.cli", "run", "--spec", "-"]
-
-
 def _launch(spec: RunSpec, log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as fh:
-        # Its own session: a terminal's Ctrl-C reaches the canary only, which passes exactly
-        # one stop on (stopping.forward_stop); two copies a moment apart would be a second
-        # press to the child, "stop at once", and its run would lose its summary.
-        proc = subprocess.Popen(  # noqa: PLW1509 - preexec_fn only sets the death signal
-            run_command(), stdin=subprocess.PIPE, stdout=fh, stderr=subprocess.STDOUT, env=env,
-            preexec_fn=die_with_parent(), start_new_session=True,
-        )  # fmt: skip
-    assert proc.stdin is not None
-    proc.stdin.write(spec.to_json().encode())
-    proc.stdin.close()
-    return proc
+    """Start one block's run (locust_child.start_run); a run that cannot start is bad input."""
+    try:
+        return start_run(spec, log)
+    except AgentloadError as e:
+        raise CanaryError(f"the run into {spec.out} cannot start: {e.line()}") from None
 
 
 @dataclass
@@ -243,6 +238,8 @@ def run_sides(
             for _, p in procs:
                 stop_child(p, sig=None, timeout_s=30)
             raise
+        for job in group:
+            codes[job.name] = _status(job, codes[job.name])
         state.codes.update(codes)
         state.running = []
         print(outcome_line(label, [(j.side, j.out, codes[j.name]) for j in group]), flush=True)
@@ -254,6 +251,20 @@ def run_sides(
         if after is not None and after():
             break
     return state.codes
+
+
+def _status(job: Job, code: int) -> int:
+    """A run's exit status; a Locust child killed by a signal (not a stop the canary passed
+    on: that ends in _stopped) is exit 1, with the line `agentload run` would have written."""
+    if code >= 0:
+        return code
+    print(
+        f"agentload canary: {job.name}: the Locust process was killed ({signal_name(-code)}); "
+        f"files already written in {job.out} are intact, the summary may be missing",
+        file=sys.stderr,
+        flush=True,
+    )
+    return EXIT_ERRORS
 
 
 def block_seconds(duration_s: float, mode: str, blocks: int, block_s: float | None) -> float:
@@ -369,9 +380,13 @@ def run_canary(
     state = Progress()
     try:
         try:
-            run_sides(
-                groups, timeout, launch, start_servers, looks.look if looks else None, state, bs
-            )
+            with contextlib.ExitStack() as locks:  # a second canary into OUT is refused
+                for side in SIDES:
+                    locks.enter_context(run_dir_lock(out_dir / side))
+                run_sides(
+                    groups, timeout, launch, start_servers, looks.look if looks else None,
+                    state, bs,
+                )  # fmt: skip
         finally:
             if pool is not None:
                 pool.close()
@@ -414,6 +429,9 @@ def _stopped(signum: int, state: Progress, out_dir: Path, canary: dict[str, Any]
     ignore_stops()  # what follows is a few writes; a late press must not cut them
     code = exit_code_for_signal(signum)
     during = [j.name for j in state.started if state.codes.get(j.name) is None]
+    for j in state.started:
+        if j.name in during:
+            discard_unstarted(j.out)  # stopped while its Locust child was starting
     # blocks that ran to their end on both sides (a stopped block's run is complete, but short)
     done = min(sum(1 for j in state.started if j.side == side and j.name not in during)
                for side in SIDES)  # fmt: skip
