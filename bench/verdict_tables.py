@@ -418,6 +418,10 @@ TABLES = {
     "sim-aa-rates": table_aa_rates,
     "sim-tail": table_sim,
     "sim-tail-quiet": lambda: table_sim("sim-tail-quiet", "instance noise ÷5"),
+    # the quiet-host campaign (2026-12-04: nothing else on the machine but nice-19 work)
+    "real-2-rates": lambda: table_real_rates("real-2"),
+    "real-2-kinds": lambda: table_real("real-2"),
+    "real-2-spread": lambda: table_spread("real-2", "sim-aa"),
 }
 
 
