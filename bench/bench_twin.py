@@ -36,6 +36,10 @@ from workload.sim.calibrate import Target, calibrate, discover, stream_once
 
 LEVELS = (("light", 1), ("knee", 4), ("overload", 12))
 TARGET = 0.15
+# Every prompt is new to the server: its prefix cache outlives a pass, a run and this
+# process, while the twin starts empty each run, so a prompt the server saw before (the
+# same seed in a later pass, run or invocation) would be a cache hit on one side only.
+NONCE = os.urandom(8).hex()
 PROMPT_TOKENS = 300  # both sides get prompts of this many tokens, whatever their tokenizer
 
 
@@ -60,7 +64,7 @@ def load(url: str, users: int, seconds: float, seed: int) -> dict[str, list[floa
     deadline = time.perf_counter() + seconds
 
     def user(i: int) -> None:
-        rng = random.Random(seed * 1000 + i)
+        rng = random.Random(f"{NONCE}:{seed}:{i}")
         for _ in range(200):  # bounded even if the server is very fast
             if time.perf_counter() > deadline:
                 return
@@ -183,9 +187,12 @@ def one_run(args: argparse.Namespace, path: str, run: int) -> None:
         before = os.getloadavg()[0]
         real: dict[str, dict[str, list[float]]] = {}
         twin: dict[str, dict[str, list[float]]] = {}
-        for name, users in LEVELS:
-            real[name] = load(args.host, users, args.seconds, 1 + run)
-            twin[name] = load(other, users, args.seconds, 1 + run)
+        for i, (name, users) in enumerate(LEVELS):
+            seed = 1 + 10 * run + i  # both sides get the same prompts, new to each
+            real[name] = load(args.host, users, args.seconds, seed)
+            # --self: a second pass of the same shape with other prompts (the first pass's
+            # would all be in the server's cache)
+            twin[name] = load(other, users, args.seconds, seed + 5 if args.self else seed)
         what = "server again" if args.self else "twin"
         fresh = ", calibrated just before" if args.recalibrate is not None else ""
         print(

@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,9 @@ def one_run(args: argparse.Namespace, run: int, tmp: Path) -> None:
         before = os.getloadavg()[0]
         levels = []
         for i, users in enumerate(args.users):
-            seed = args.seed + run
+            # A seed no earlier level or run used: the server's prefix cache outlives a run
+            # (the twin starts empty each run), so a repeated seed is cached on one side only.
+            seed = args.seed + 100 * run + i
             sides = {"server": args.host, "twin": twin_url}
             order = ["server", "twin"] if (run + i) % 2 == 0 else ["twin", "server"]
             got = {
@@ -134,7 +137,7 @@ def one_run(args: argparse.Namespace, run: int, tmp: Path) -> None:
             levels.append((level_name(users, i), got["server"], got["twin"]))
         print(
             f"run {run + 1}/{args.runs}: profile {args.profile}, {args.duration:g} s per level "
-            f"and side, seed {args.seed + run}, twin instance noise "
+            f"and side, seeds {args.seed + 100 * run}+level, twin instance noise "
             f"{'on' if args.noise else 'off'}, load average {before:.1f} -> "
             f"{os.getloadavg()[0]:.1f}"
         )
@@ -154,7 +157,14 @@ def main() -> int:
     p.add_argument("--profile", default="quickstart", help="built-in name or YAML file")
     p.add_argument("--users", default="1,4,12", help="comma-separated users per level")
     p.add_argument("--duration", type=float, default=15.0, help="seconds per level and side")
-    p.add_argument("--seed", type=int, default=1, help="traffic seed of run 1 (run k: +k-1)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=int(time.time()) % 1_000_000 * 1000,
+        help="traffic seed of run 1's first level (level i of run k: +100(k-1)+i); by default "
+        "from the clock, so a second invocation does not meet the first's prompts in the "
+        "server's prefix cache",
+    )
     p.add_argument("--runs", type=int, default=1, help="repeat the whole comparison N times")
     p.add_argument(
         "--set",
