@@ -25,7 +25,7 @@ import asyncio
 from array import array
 from collections.abc import Callable
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -283,11 +283,10 @@ async def relay_body(
     if kind == "length" and length == 0:  # the head was the whole response
         ex.t_end = ex.t_head if ex.t_head is not None else at(perf_counter_ns())
         return "", 0
-    transport = up_writer.transport
-    assert isinstance(transport, asyncio.Transport)
+    # A socket's transport: asyncio's classes, or uvloop's, which are not their subclasses.
+    transport = cast(asyncio.Transport, up_writer.transport)
     inner = transport.get_protocol()
     ct = client.transport
-    assert isinstance(ct, asyncio.WriteTransport)
     r = BodyRelay(ct, transport, inner, kind, length, streamed=ex.streamed,
                   encoded=bool(ex.encoding), keep_bytes=keep_bytes, at=at, ex=ex)  # fmt: skip
     # Bytes that came with the head sit in the StreamReader (private, but the only way to
