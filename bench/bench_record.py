@@ -17,6 +17,7 @@ proxied so both see the same machine load. Two upstreams:
 Goal (issue 28): p99 added < 1 ms at 50 concurrent streams. Prints figures; asserts nothing.
 
     python bench/bench_record.py --streams 1 50 --rounds 4
+    python bench/bench_record.py --streams 50 --loop asyncio   # the proxy on asyncio's loop
     python bench/bench_record.py --upstream sim --streams 1 50
 """
 
@@ -114,11 +115,13 @@ def start_sim() -> tuple[subprocess.Popen[str], str]:
             raise SystemExit("the simulator did not start")
 
 
-def start_record(upstream: str, out: str) -> tuple[subprocess.Popen[str], str]:
+def start_record(upstream: str, out: str, loop: str) -> tuple[subprocess.Popen[str], str]:
+    """`agentload record` on ``loop`` (AGENTLOAD_RECORD_LOOP: auto, uvloop, asyncio)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), AGENTLOAD_RECORD_LOOP=loop)
     p = subprocess.Popen(
         [sys.executable, "-m", "workload.cli", "record", "--upstream", upstream, "--out", out,
          "--port", "0", "--overwrite"],
-        stdout=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE, text=True, cwd=REPO, env=env,
     )  # fmt: skip
     assert p.stdout is not None
     while True:
@@ -244,13 +247,14 @@ def pct(x: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(x), q)) * 1000
 
 
-def stop_record(rec: subprocess.Popen[str], out: str) -> dict[str, int] | None:
-    """Stop `agentload record`; its own figure: each body read's time in the proxy (µs)."""
+def stop_record(rec: subprocess.Popen[str], out: str) -> tuple[dict[str, int] | None, str]:
+    """Stop `agentload record`; its own figure (each body read's time in the proxy, µs) and
+    the event loop it ran on."""
     rec.send_signal(signal.SIGINT)
     rec.wait(60)
     summary = json.loads((Path(out) / "summary.json").read_text())
     got: dict[str, int] | None = summary["recorder"]["relay_us"]
-    return got
+    return got, str(summary["recorder"]["event_loop"])
 
 
 def _goal(us: float) -> str:
@@ -264,6 +268,8 @@ def main() -> None:
     ap.add_argument("--upstream", choices=["stamp", "sim"], default="stamp")
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 50])
     ap.add_argument("--rounds", type=int, default=4, help="rounds per side and stream count")
+    ap.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+                    help="the proxy's event loop (auto: uvloop's where installed)")  # fmt: skip
     ap.add_argument("--serve-stamp", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve_stamp:
@@ -281,7 +287,7 @@ def main() -> None:
         )
         for n in a.streams:
             out = tempfile.mkdtemp(prefix="bench-record-")
-            rec, rec_url = start_record(up_url, out)
+            rec, rec_url = start_record(up_url, out, a.loop)
             proc = psutil.Process(rec.pid)
             got: dict[str, tuple[list[float], list[float]]] = {
                 "direct": ([], []),
@@ -298,7 +304,7 @@ def main() -> None:
                         got[side][0].extend(t)
                         got[side][1].extend(per)
             finally:
-                own = stop_record(rec, out)
+                own, loop = stop_record(rec, out)
             rows = {}
             for side, (t, per) in got.items():
                 rows[side] = (pct(t, 50), pct(t, 99), pct(per, 50), pct(per, 99))
@@ -319,7 +325,7 @@ def main() -> None:
             chunks = n * a.rounds * 3 * (EVENTS + 2)
             print(
                 f"{n:>7} {'proxy':>7} CPU {cpu:.2f} s for {chunks} events: {cpu / chunks * 1e6:.0f} us per event "
-                f"(the proxy's process; the recorder has its own); machine load average "
+                f"(the proxy's process, event loop {loop}; the recorder has its own); machine load average "
                 f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
             )
     finally:

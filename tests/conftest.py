@@ -112,6 +112,18 @@ def _no_monkey_patched_test_process(request: pytest.FixtureRequest) -> Iterator[
         )
 
 
+@pytest.fixture(params=["asyncio", "uvloop"])
+def record_loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The event loop `agentload record`'s proxy runs on in this test, by
+    AGENTLOAD_RECORD_LOOP (in-process and inherited by a child `agentload record`): each
+    test that takes it runs on asyncio's loop and on uvloop's (skipped where uvloop is not
+    installed, e.g. on Windows)."""
+    if request.param == "uvloop":
+        pytest.importorskip("uvloop")
+    monkeypatch.setenv("AGENTLOAD_RECORD_LOOP", request.param)
+    return str(request.param)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return  # a worker: the shared server outlives it

@@ -26,6 +26,7 @@ def test_the_smallest_configuration_prints_its_table() -> None:
     for side in ("direct", "proxy", "added"):
         assert any(line.split()[:2] == ["2", side] for line in lines), p.stdout
     assert "us per event" in p.stdout
+    assert re.search(r"\(the proxy's process, event loop (uvloop|asyncio);", p.stdout)
     # the proxy's own figure, from the recording's summary.json
     assert re.search(
         r"^ +2 in proxy: each body read, .* p99 [\d.]+, .* over \d+ reads", p.stdout, re.M

@@ -31,10 +31,13 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def _recorder(upstream: str, out: Path, **kw: object) -> RecordThread:
+def _recorder(upstream: str, out: Path, loop: str | None = None, **kw: object) -> RecordThread:
+    """A recording proxy; on ``loop``'s event loop when given (the ``record_loop`` fixture's)."""
     up = parse_upstream(upstream)
     assert up is not None
-    return RecordThread(RecordOptions(upstream=up, out=out, port=0, **kw)).start()  # type: ignore[arg-type]
+    rec = RecordThread(RecordOptions(upstream=up, out=out, port=0, **kw))  # type: ignore[arg-type]
+    assert loop is None or rec.event_loop == loop
+    return rec.start()
 
 
 @pytest.fixture()
@@ -45,9 +48,11 @@ def sim():
 
 
 # ------------------------------------------------------------------ bytes
-def test_the_agent_receives_exactly_the_bytes_the_server_sent(sim, tmp_path: Path) -> None:
+def test_the_agent_receives_exactly_the_bytes_the_server_sent(
+    sim, record_loop: str, tmp_path: Path
+) -> None:
     up = Tap(_port(sim.url)).start()
-    rec = _recorder(up.url, tmp_path / "rec")
+    rec = _recorder(up.url, tmp_path / "rec", record_loop)
     down = Tap(_port(rec.url)).start()
     try:
         run = run_agent(down.url + "/v1", MODEL)
@@ -56,6 +61,7 @@ def test_the_agent_receives_exactly_the_bytes_the_server_sent(sim, tmp_path: Pat
         up.stop()
         down.stop()
     assert run.rounds == 4 and summary["rounds"] == 4
+    assert summary["recorder"]["event_loop"] == record_loop  # summary.json says which ran
     assert len(up.connections) == len(down.connections) >= 1
     for a, b in zip(up.connections, down.connections, strict=True):
         assert bytes(b["down"]) == bytes(a["down"])  # status lines, headers, chunk framing
@@ -96,12 +102,12 @@ def test_answers_through_the_proxy_equal_the_direct_answers(tmp_path: Path) -> N
 
 # ------------------------------------------------------------------ robustness
 def test_an_unreachable_upstream_is_a_502_that_says_so_and_the_proxy_keeps_going(
-    tmp_path: Path,
+    record_loop: str, tmp_path: Path
 ) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
-    rec = _recorder(f"http://127.0.0.1:{dead}", tmp_path / "rec")
+    rec = _recorder(f"http://127.0.0.1:{dead}", tmp_path / "rec", record_loop)
     c = openai.OpenAI(base_url=rec.url + "/v1", api_key="k", max_retries=0)
     try:
         for _ in range(2):
@@ -170,9 +176,9 @@ def fake_upstream():
 
 
 def test_large_and_non_json_and_chunked_bodies_pass_untouched(
-    fake_upstream, tmp_path: Path
+    fake_upstream, record_loop: str, tmp_path: Path
 ) -> None:
-    rec = _recorder(fake_upstream, tmp_path / "rec")
+    rec = _recorder(fake_upstream, tmp_path / "rec", record_loop)
     host, port = "127.0.0.1", _port(rec.url)
     big = json.dumps(
         {"model": "m", "messages": [{"role": "user", "content": "y" * (6 << 20)}]}
@@ -199,9 +205,9 @@ def test_large_and_non_json_and_chunked_bodies_pass_untouched(
 
 
 def test_a_client_that_hangs_up_mid_stream_cancels_the_upstream_request(
-    fake_upstream, tmp_path: Path
+    fake_upstream, record_loop: str, tmp_path: Path
 ) -> None:
-    rec = _recorder(fake_upstream, tmp_path / "rec")
+    rec = _recorder(fake_upstream, tmp_path / "rec", record_loop)
     s = socket.create_connection(("127.0.0.1", _port(rec.url)))
     s.sendall(b"POST /drip HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
     got = b""

@@ -65,10 +65,13 @@ class RawUpstream:
         self.sock.close()
 
 
-def _recorder(upstream: str, out: Path) -> RecordThread:
+def _recorder(upstream: str, out: Path, loop: str) -> RecordThread:
+    """A recording proxy on ``loop``'s event loop (the ``record_loop`` fixture's)."""
     up = parse_upstream(upstream)
     assert up is not None
-    return RecordThread(RecordOptions(upstream=up, out=out, port=0)).start()
+    rec = RecordThread(RecordOptions(upstream=up, out=out, port=0))
+    assert rec.event_loop == loop
+    return rec.start()
 
 
 def _rows(path: Path) -> list[dict]:
@@ -100,9 +103,9 @@ def _sse(n: int) -> list[bytes]:
     return [head, *[b"%x\r\n%s\r\n" % (len(ev), ev)] * n, b"0\r\n\r\n"]
 
 
-def test_each_read_s_time_in_the_proxy_is_recorded(tmp_path: Path) -> None:
+def test_each_read_s_time_in_the_proxy_is_recorded(record_loop: str, tmp_path: Path) -> None:
     up = RawUpstream(lambda: _sse(20), gap_s=0.01)
-    rec = _recorder(up.url, tmp_path / "rec")
+    rec = _recorder(up.url, tmp_path / "rec", record_loop)
     try:
         got = _read_all(_post(rec.url))
     finally:
@@ -117,12 +120,14 @@ def test_each_read_s_time_in_the_proxy_is_recorded(tmp_path: Path) -> None:
     assert summary["recorder"]["relay_us"]["reads"] == relay["reads"]
 
 
-def test_a_slow_client_gets_every_byte_and_the_upstream_waits_for_it(tmp_path: Path) -> None:
+def test_a_slow_client_gets_every_byte_and_the_upstream_waits_for_it(
+    record_loop: str, tmp_path: Path
+) -> None:
     blob = bytes(range(256)) * (16 * MB // 256)  # 16 MiB: far past the transport's buffers
     pieces = [blob[k : k + MB] for k in range(0, len(blob), MB)]
     head = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: %d\r\n\r\n"
     up = RawUpstream(lambda: [head % len(blob), *pieces])
-    rec = _recorder(up.url, tmp_path / "rec")
+    rec = _recorder(up.url, tmp_path / "rec", record_loop)
     try:
         s = _post(rec.url)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
@@ -137,9 +142,11 @@ def test_a_slow_client_gets_every_byte_and_the_upstream_waits_for_it(tmp_path: P
     assert ex["outcome"] == "ok" and ex["bytes_out"] == len(got)
 
 
-def test_an_upstream_that_breaks_off_mid_body_is_recorded_so(tmp_path: Path) -> None:
+def test_an_upstream_that_breaks_off_mid_body_is_recorded_so(
+    record_loop: str, tmp_path: Path
+) -> None:
     up = RawUpstream(lambda: _sse(3)[:-1])  # no last chunk: the connection just closes
-    rec = _recorder(up.url, tmp_path / "rec")
+    rec = _recorder(up.url, tmp_path / "rec", record_loop)
     try:
         got = _read_all(_post(rec.url))
     finally:
@@ -152,7 +159,7 @@ def test_an_upstream_that_breaks_off_mid_body_is_recorded_so(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("framing", ["length", "chunked"])
 def test_bytes_past_the_body_s_end_close_both_connections_and_say_so(
-    tmp_path: Path, framing: str
+    record_loop: str, tmp_path: Path, framing: str
 ) -> None:
     if framing == "length":
         answer = [b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhelloEXTRA"]
@@ -161,7 +168,7 @@ def test_bytes_past_the_body_s_end_close_both_connections_and_say_so(
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nEXTRA"
         ]
     up = RawUpstream(lambda: answer, close=False)
-    rec = _recorder(up.url, tmp_path / "rec")
+    rec = _recorder(up.url, tmp_path / "rec", record_loop)
     try:
         s = _post(rec.url)
         s.settimeout(10)
@@ -188,7 +195,7 @@ def _chat(url: str, stream: bool) -> socket.socket:
 
 @pytest.mark.parametrize("final", [b"data: [DONE]", b"event: response.completed\ndata: {}"])
 def test_a_client_that_hangs_up_after_the_stream_s_final_event_got_a_whole_answer(
-    tmp_path: Path, final: bytes
+    record_loop: str, tmp_path: Path, final: bytes
 ) -> None:
     # The openai SDK's synchronous Stream closes the connection at [DONE], before the chunked
     # body's last chunk: the answer is whole and is a round (it once was `client_gone`, and
@@ -198,7 +205,7 @@ def test_a_client_that_hangs_up_after_the_stream_s_final_event_got_a_whole_answe
               final + b"\n\n"]  # fmt: skip
     pieces = [_sse(0)[0], *[b"%x\r\n%s\r\n" % (len(e), e) for e in events]]
     up = RawUpstream(lambda: [*pieces, b"0\r\n\r\n"], gap_s=0.3)
-    rec = _recorder(up.url, tmp_path / "rec")
+    rec = _recorder(up.url, tmp_path / "rec", record_loop)
     try:
         s = _chat(rec.url, stream=True)
         s.settimeout(10)
@@ -220,10 +227,12 @@ def test_a_client_that_hangs_up_after_the_stream_s_final_event_got_a_whole_answe
     assert ex["e2e_s"] < 0.3 * len(pieces) + 0.25
 
 
-def test_a_client_that_hangs_up_before_the_final_event_is_gone(tmp_path: Path) -> None:
+def test_a_client_that_hangs_up_before_the_final_event_is_gone(
+    record_loop: str, tmp_path: Path
+) -> None:
     pieces = _sse(3)
     up = RawUpstream(lambda: pieces, gap_s=0.3)
-    rec = _recorder(up.url, tmp_path / "rec")
+    rec = _recorder(up.url, tmp_path / "rec", record_loop)
     try:
         s = _chat(rec.url, stream=True)
         s.settimeout(10)

@@ -156,11 +156,15 @@ def _stream_then_stop(tmp_path: Path, tokens: int, *extra: str) -> tuple[int, st
     return code, out, err, got
 
 
-def test_sigterm_lets_the_stream_in_flight_finish_and_exits_143(tmp_path: Path) -> None:
+def test_sigterm_lets_the_stream_in_flight_finish_and_exits_143(
+    record_loop: str, tmp_path: Path
+) -> None:
     # The grace is long enough for any load: the default 10 s once ran out on a loaded
     # machine, and a stream cut at the grace's end is `stopped`, not a round (next test).
+    # On both event loops: the stop path is the loop's signal handler.
     code, out, err, got = _stream_then_stop(tmp_path, 30, "--grace", "120")
     assert code == 143, err
+    assert f"(event loop: {record_loop})" in out
     assert "1 exchanges in flight" in out
     (ex,) = _rows(tmp_path / "rec" / "exchanges.jsonl")
     assert ex["outcome"] == "ok", ex

@@ -9,6 +9,11 @@ whose events arrive together are all forwarded before any of them is decoded.
 
 Each read's own time in the proxy (the callback's entry -> the client socket's send
 returned) goes into ``Exchange.relay_us``; ``exchanges.jsonl`` and ``summary.json`` report it.
+Both stamps are taken in the callback, around ``write``; on either loop (asyncio's or
+uvloop's, ``serve.py``) a write with nothing queued before it sends at once, so the second
+stamp is the send's return. The arithmetic on them and the byte count wait for the digest:
+the callback does nothing after the send but note the read and watch the client's buffer,
+because the next stream's read is handled only once it returns.
 Times are stamped at the callback's entry, before the send: on loopback the send wakes the
 agent, which may read the bytes (and act on them) before the proxy's thread runs again, so a
 stamp taken after the send can be later than the agent's own and shorten a tool wait.
@@ -25,7 +30,7 @@ import asyncio
 from array import array
 from collections.abc import Callable
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -141,7 +146,8 @@ class BodyRelay(asyncio.Protocol):
         self._keep = keep_bytes
         self._at = at
         self._ex = ex
-        self._pending: list[tuple[int, bytes]] = []  # (the read's stamp, its bytes)
+        self._pending: list[tuple[int, int, bytes]] = []  # (read's stamp, sent's, its bytes)
+        self._over = False  # ``result`` is set
         self._over_at: int | None = None  # the read that carried a stream's final event
         self._high = client.get_write_buffer_limits()[1]
         self.excess = 0  # bytes past the body's end (forwarded: a broken upstream)
@@ -150,7 +156,7 @@ class BodyRelay(asyncio.Protocol):
     # ------------------------------------------------------------ the hot path
     def data_received(self, data: bytes) -> None:
         t0 = perf_counter_ns()
-        if self.result.done():
+        if self._over:
             self.excess += len(data)
             return
         client = self.client
@@ -158,12 +164,12 @@ class BodyRelay(asyncio.Protocol):
             self.client_gone()
             return
         client.write(data)
-        t1 = perf_counter_ns()
-        self.lag_us.append(min((t1 - t0) // 1000, MAX_US))
-        self._ex.bytes_out += len(data)
-        if not self._pending:
+        # Nothing else before the next stream's read: its callback runs after this one
+        # returns (the time's arithmetic and the byte count wait for ``digest``).
+        pending = self._pending
+        pending.append((t0, perf_counter_ns(), data))
+        if len(pending) == 1:
             self._loop.call_soon(self.digest)
-        self._pending.append((t0, data))
         if client.get_write_buffer_size() > self._high and not self.blocked.done():
             self.upstream.pause_reading()  # resumed once the client's buffer drains
             self.blocked.set_result(None)
@@ -172,9 +178,12 @@ class BodyRelay(asyncio.Protocol):
     def digest(self) -> None:
         """Decode what was forwarded since the last call: body end, body, first content."""
         pending, self._pending = self._pending, []
-        ex, body = self._ex, self._ex.response_body
-        for t0, data in pending:
-            if self.result.done():
+        ex, body, lag = self._ex, self._ex.response_body, self.lag_us
+        for t0, t1, data in pending:  # every read written, the body's end or not
+            lag.append(min((t1 - t0) // 1000, MAX_US))
+            ex.bytes_out += len(data)
+        for t0, _, data in pending:
+            if self._over:
                 self.excess += len(data)
                 continue
             if self._dec is not None:
@@ -216,7 +225,7 @@ class BodyRelay(asyncio.Protocol):
         forwarded (its end is that read), else the exchange is cut."""
         if self._pending:
             self.digest()
-        if self.result.done():
+        if self._over:
             return
         if self._over_at is not None:
             self._ex.t_end = self._at(self._over_at)
@@ -228,7 +237,8 @@ class BodyRelay(asyncio.Protocol):
         self._finish("gone: the client closed the connection mid-response")
 
     def _finish(self, outcome: str) -> None:
-        if not self.result.done():
+        if not self._over:
+            self._over = True  # what ``result.done()`` says, read without a call per read
             self.result.set_result(outcome)
 
     # ------------------------------------------------------------ the connection's end
@@ -283,11 +293,10 @@ async def relay_body(
     if kind == "length" and length == 0:  # the head was the whole response
         ex.t_end = ex.t_head if ex.t_head is not None else at(perf_counter_ns())
         return "", 0
-    transport = up_writer.transport
-    assert isinstance(transport, asyncio.Transport)
+    # A socket's transport: asyncio's classes, or uvloop's, which are not their subclasses.
+    transport = cast(asyncio.Transport, up_writer.transport)
     inner = transport.get_protocol()
     ct = client.transport
-    assert isinstance(ct, asyncio.WriteTransport)
     r = BodyRelay(ct, transport, inner, kind, length, streamed=ex.streamed,
                   encoded=bool(ex.encoding), keep_bytes=keep_bytes, at=at, ex=ex)  # fmt: skip
     # Bytes that came with the head sit in the StreamReader (private, but the only way to

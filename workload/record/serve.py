@@ -1,9 +1,15 @@
-"""Running a recording: the proxy on an asyncio loop, the recorder in its own process, one stop path.
+"""Running a recording: the proxy on an event loop, the recorder in its own process, one stop path.
 
 ``record(options)`` serves until a stop signal (SIGINT, SIGTERM, SIGHUP): the first stops
 accepting, lets in-flight exchanges finish for ``grace_s`` (a second signal cuts them now:
 recorded as ``stopped``), then the trace is completed and summarized; the exit status is
 128 + the signal. ``RecordThread`` runs the same in a background thread (tests, notebooks).
+
+The loop is uvloop's where it is installed (a dependency on Linux and macOS: its C loop
+calls each read's callback straight from libuv, without asyncio's selector and handle per
+read, which is what 50 streams' events arriving together wait on), else asyncio's own;
+``AGENTLOAD_RECORD_LOOP=asyncio`` picks asyncio's (to compare the two). Which one ran is in
+the start-up line and ``summary.json`` (``recorder.event_loop``).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workload.errors import SetupError
+from workload.errors import SetupError, UsageError
 from workload.plan.tokens import ServerTokenizer, TiktokenTokenizer
 from workload.record.extract import Facts
 from workload.record.proxy import RecordingProxy, Upstream
@@ -35,8 +41,15 @@ from workload.stopping import (
     signal_name,
 )
 
+try:
+    import uvloop  # type: ignore[import-not-found]  # a dependency except on Windows
+except ImportError:  # Windows (uvloop does not build there) or an install without it
+    uvloop = None  # type: ignore[assignment]
+
 GRACE_S = 10.0
 SWITCH_INTERVAL_S = 0.0005
+LOOP_ENV = "AGENTLOAD_RECORD_LOOP"
+LOOPS = ("auto", "uvloop", "asyncio")  # auto: uvloop's where installed
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +65,25 @@ class RecordOptions:
     tokenizer: str = "tiktoken"
     subagents: bool = True
     grace_s: float = GRACE_S
+
+
+def event_loop() -> str:
+    """The proxy's event loop, "uvloop" or "asyncio": uvloop's when installed, unless
+    ``AGENTLOAD_RECORD_LOOP`` says otherwise (auto, uvloop, asyncio)."""
+    want = os.environ.get(LOOP_ENV, "").strip().lower() or "auto"
+    if want not in LOOPS:
+        raise UsageError(
+            f"{LOOP_ENV}={want} is not an event loop", hint="give auto, uvloop or asyncio"
+        )
+    if want == "uvloop" and uvloop is None:
+        raise SetupError(f"{LOOP_ENV}=uvloop, but uvloop is not installed",
+                         hint="pip install uvloop, or unset it (asyncio's loop then runs)")  # fmt: skip
+    return "uvloop" if uvloop is not None and want != "asyncio" else "asyncio"
+
+
+def new_loop(name: str) -> asyncio.AbstractEventLoop:
+    """A new event loop of that name (``event_loop``)."""
+    return uvloop.new_event_loop() if name == "uvloop" else asyncio.new_event_loop()
 
 
 def _counters(o: RecordOptions) -> tuple[Any, Callable[[Facts, int], int], Callable[[str], int]]:
@@ -78,11 +110,12 @@ def _counters(o: RecordOptions) -> tuple[Any, Callable[[Facts, int], int], Calla
     return tok.encode, count_prompt, count_text
 
 
-def make_recorder(o: RecordOptions) -> Recorder:
+def make_recorder(o: RecordOptions, loop: str) -> Recorder:
     encode, count_prompt, count_text = _counters(o)
     meta = {
         "upstream": o.upstream.url,
         "listen": f"{o.host}:{o.port}",
+        "event_loop": loop,
         "session_header": o.session_header,
         "tokenizer": o.tokenizer,
         "subagents": "infer" if o.subagents else "off",
@@ -110,13 +143,15 @@ def record(o: RecordOptions, *, out: Any = None) -> int:
     """Serve until a stop signal; the exit status (128 + the signal), the trace complete."""
     out = out or sys.stdout
     _counters(o)  # a tokenizer that cannot load is one line before anything listens
+    loop = event_loop()
     # The recorder's queue thread pickles exchanges beside the proxy's loop: a short GIL
     # switch interval lets the loop stamp and forward a read within ~0.5 ms of its arrival
     # instead of the default 5 ms.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     held: list[RecorderProcess] = []  # made once the port is bound: a refused port leaves no files
+    run = uvloop.run if loop == "uvloop" else asyncio.run
     try:
-        code = asyncio.run(_serve(o, held, out))
+        code = run(_serve(o, held, out, loop))
     finally:
         summary = held[0].close() if held else None
     assert summary is not None
@@ -127,10 +162,10 @@ def record(o: RecordOptions, *, out: Any = None) -> int:
     return code
 
 
-async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any) -> int:
+async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any, name: str) -> int:
     loop = asyncio.get_running_loop()
     proxy, port = await _start(o, lambda ex: held[0].submit(ex))
-    held.append(RecorderProcess(o))
+    held.append(RecorderProcess(o, name))
     await held[0].attach()
     latch = StopLatch()
     stop, now = asyncio.Event(), asyncio.Event()
@@ -144,7 +179,8 @@ async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any) -> int
 
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
-    print(f"agentload record: listening on http://{o.host}:{port}/v1 -> {o.upstream.url}", file=out)
+    print(f"agentload record: listening on http://{o.host}:{port}/v1 -> {o.upstream.url} "
+          f"(event loop: {name})", file=out)  # fmt: skip
     print(
         f"agentload record: writing {o.out}/trace.jsonl; Ctrl-C stops and completes it",
         file=out,
@@ -171,14 +207,14 @@ async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any) -> int
     return exit_code_for_signal(latch.signum or signal.SIGINT)
 
 
-def _recorder_main(o: RecordOptions, inbox: Any, outbox: Any) -> None:
+def _recorder_main(o: RecordOptions, loop: str, inbox: Any, outbox: Any) -> None:
     """The recorder's own process: exchanges from the ``inbox`` pipe until None (or the
     parent's end of it closing), then the summary."""
     for sig in STOP_SIGNALS:  # the parent decides when the recording stops, and tells us
         signal.signal(sig, signal.SIG_IGN)
     set_parent_death_signal(signal.SIGKILL)  # rows already appended stay; nothing hangs on
     _counters(o)[0]("warm up")  # the tokenizer's first call builds tables
-    rec = make_recorder(o)
+    rec = make_recorder(o, loop)
     outbox.put("ready")
     while True:
         try:
@@ -200,12 +236,13 @@ class RecorderProcess:
     competes with the loop for the GIL while streams are relayed (a thread holding it when
     the OS preempts it stalls the loop for that long)."""
 
-    def __init__(self, o: RecordOptions) -> None:
+    def __init__(self, o: RecordOptions, loop: str) -> None:
+        """``loop``: the name of the event loop the proxy runs on (for the summary)."""
         ctx = multiprocessing.get_context("spawn")
         self._outbox = ctx.Queue()
         inbox, self._pipe = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(
-            target=_recorder_main, args=(o, inbox, self._outbox), name="agentload-recorder",
+            target=_recorder_main, args=(o, loop, inbox, self._outbox), name="agentload-recorder",
             daemon=True,
         )  # fmt: skip
         self._proc.start()
@@ -292,12 +329,13 @@ class RecordThread:
         self.o = options
         self.url = ""
         self.recorder: Recorder | None = None
-        self._loop = asyncio.new_event_loop()
+        self.event_loop = event_loop()
+        self._loop = new_loop(self.event_loop)
         self._proxy: RecordingProxy | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> RecordThread:
-        self.recorder = make_recorder(self.o)
+        self.recorder = make_recorder(self.o, self.event_loop)
         ready = threading.Event()
 
         def run() -> None:

@@ -12,6 +12,8 @@ import contextlib
 import secrets
 import signal
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from workload import memtrace
 from workload.errors import ArgParser, SetupError, UsageError, run_edge
@@ -188,6 +190,8 @@ def _main(argv: list[str] | None) -> int:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
 
     memtrace.start_from_env("sim")  # AGENTLOAD_TRACEMALLOC=path (soak diagnostics; off: no-op)
+    # uvloop.run's signature has a loop_factory asyncio.run's lacks: typed by what is used
+    runner: Callable[[Coroutine[Any, Any, int]], int]
     try:
         import uvloop  # type: ignore[import-not-found]  # deferred: optional, asyncio without
 
