@@ -650,3 +650,18 @@ def test_without_a_reasoning_parser_the_budget_is_ignored(sim):
     out = json.loads(raw)
     assert st == 200 and out["choices"][0]["message"]["reasoning"] is None
     assert out["usage"]["completion_tokens_details"] is None
+
+
+def test_the_simulator_runs_on_asyncios_loop_unless_asked():
+    # its timing figures and calibrations were measured there; uvloop (installed with
+    # agentload for `record`) only when AGENTLOAD_SIM_LOOP=uvloop
+    import asyncio
+
+    from workload.errors import UsageError
+    from workload.sim.__main__ import _runner
+
+    assert _runner("asyncio") is asyncio.run
+    uvloop = pytest.importorskip("uvloop")
+    assert _runner("uvloop") is uvloop.run
+    with pytest.raises(UsageError, match="AGENTLOAD_SIM_LOOP=trio is not an event loop"):
+        _runner("trio")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import secrets
 import signal
 import sys
@@ -190,18 +191,33 @@ def _main(argv: list[str] | None) -> int:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
 
     memtrace.start_from_env("sim")  # AGENTLOAD_TRACEMALLOC=path (soak diagnostics; off: no-op)
-    # uvloop.run's signature has a loop_factory asyncio.run's lacks: typed by what is used
-    runner: Callable[[Coroutine[Any, Any, int]], int]
     try:
-        import uvloop  # type: ignore[import-not-found]  # deferred: optional, asyncio without
-
-        runner = uvloop.run
+        runner = _runner(os.environ.get(LOOP_ENV, "").strip().lower() or "asyncio")
     except ImportError:
-        runner = asyncio.run
+        raise SetupError(f"{LOOP_ENV}=uvloop, but uvloop is not installed",
+                         hint="pip install uvloop, or unset it (asyncio's loop)") from None  # fmt: skip
     try:
         return runner(_serve(cfg, args.host, args.port, args.seed))
     except KeyboardInterrupt:
         return 0
+
+
+# The simulator's loop: asyncio's unless AGENTLOAD_SIM_LOOP=uvloop. Every timing figure and
+# calibration of the simulator was measured on asyncio's (uvloop is installed with agentload
+# for `record`, which is no reason for the simulator's timing to change under it).
+LOOP_ENV = "AGENTLOAD_SIM_LOOP"
+
+
+def _runner(name: str) -> Callable[[Coroutine[Any, Any, int]], int]:
+    """asyncio.run, or uvloop.run for "uvloop" (ImportError where it is not installed)."""
+    if name == "asyncio":
+        return asyncio.run
+    if name != "uvloop":
+        raise UsageError(f"{LOOP_ENV}={name} is not an event loop", hint="give asyncio or uvloop")
+    import uvloop  # deferred: optional, and only when asked for
+
+    run: Callable[[Coroutine[Any, Any, int]], int] = uvloop.run
+    return run
 
 
 if __name__ == "__main__":
