@@ -204,7 +204,8 @@ def _main(argv: list[str] | None) -> int:
 
 # The simulator's loop: asyncio's unless AGENTLOAD_SIM_LOOP=uvloop. Every timing figure and
 # calibration of the simulator was measured on asyncio's (uvloop is installed with agentload
-# for `record`, which is no reason for the simulator's timing to change under it).
+# for `record`); a twin on each, 2026-12-04, agreed within 1 % but for cells that differ as
+# much between two asyncio runs (docs/simulator.md, fidelity).
 LOOP_ENV = "AGENTLOAD_SIM_LOOP"
 
 
