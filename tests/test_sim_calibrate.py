@@ -3,6 +3,7 @@ a simulator's own known parameters over HTTP."""
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -10,16 +11,23 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workload.errors import SimConfigError, UsageError
+from workload.errors import SetupError, SimConfigError, UsageError
+from workload.sim import calibrate as calibrate_module
 from workload.sim.calibrate import (
+    DECODE_BATCHES,
+    DECODE_CONTEXTS,
+    DECODE_REPEATS,
     FITTED,
     Sample,
+    Streamed,
+    Target,
     calibrate,
     discover,
     fit,
     load_preset_file,
     parse_host,
     stream_once,
+    sweep_decode,
 )
 from workload.sim.config import build_config
 from workload.sim.costmodel import StepShape
@@ -78,6 +86,52 @@ def test_the_fit_drops_a_coefficient_that_would_come_out_negative():
     got = fit(samples)
     assert all(v >= 0 for v in got.values())
     assert got["attn_ms_per_mpair"] == 0.0
+
+
+def _streams(monkeypatch: pytest.MonkeyPatch, burst_every: int) -> list[int]:
+    """stream_timed answering 20 chunks the server generated 2 ms apart (38 ms, its
+    `generation_time_ms`), which reach the client 2 ms apart, or (every `burst_every`-th
+    stream, when > 0) all within 0.2 ms: a client descheduled while the server streamed.
+    Returns the list the fake appends each stream's number to."""
+    sent: list[int] = []
+
+    def fake(t: Target, text: str, max_tokens: int) -> Streamed:
+        sent.append(len(sent))
+        gap = 1e-5 if burst_every and len(sent) % burst_every == 0 else 2e-3
+        return Streamed([0.01 + i * gap for i in range(20)], 40, 38.0)
+
+    monkeypatch.setattr(calibrate_module, "stream_timed", fake)
+    return sent
+
+
+def test_only_a_stream_seen_far_shorter_than_the_server_generated_it_is_a_burst():
+    assert Streamed([0.0, 1e-5, 2e-5, 3e-5], 9, 30.0).read_in_burst()
+    assert not Streamed([0.0, 0.01, 0.02, 0.03], 9, 30.0).read_in_burst()
+    # a server this fast is timed as it is; one that says nothing cannot be doubted
+    assert not Streamed([0.0, 1e-5, 2e-5, 3e-5], 9, 0.03).read_in_burst()
+    assert not Streamed([0.0, 1e-5, 2e-5, 3e-5], 9, None).read_in_burst()
+
+
+TARGET = Target("127.0.0.1", 1, "m", 4096)
+
+
+def test_a_decode_stream_read_in_one_burst_is_sent_again_not_timed(monkeypatch):
+    calm = _streams(monkeypatch, 0)
+    sweep_decode(TARGET, random.Random(0), 1.0)
+    clean = len(calm)
+    sent = _streams(monkeypatch, 3)
+    got = sweep_decode(TARGET, random.Random(0), 1.0)
+    assert len(got) == len(DECODE_BATCHES) * len(DECODE_CONTEXTS)
+    assert all(ms == pytest.approx(2.0) for _, _, ms in got)  # no burst reached a step
+    assert clean == DECODE_REPEATS * sum(DECODE_BATCHES) * len(DECODE_CONTEXTS)
+    assert len(sent) > clean  # the burst streams' runs were sent again
+
+
+def test_decode_steps_nobody_could_time_stop_calibration_with_the_reason(monkeypatch):
+    _streams(monkeypatch, 1)  # every stream a burst
+    with pytest.raises(SetupError, match=r"too busy .*calibrate from a quiet host") as e:
+        sweep_decode(TARGET, random.Random(0), 1.0)
+    assert "in one burst" in str(e.value) and "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("url", ["http://10.0.0.1:8000", "https://127.0.0.1", "127.0.0.1:80"])

@@ -57,6 +57,13 @@ REPEATS = 5
 BURST = 8
 BURST_TOKENS = 64
 DECODE_REPEATS = 2
+# A stream whose chunks this client saw spread over less than this share of the server's own
+# generation time (vLLM's per-request `metrics`) was read in one burst after the client had
+# been descheduled, not paced by the server's steps: on a busy host all 20 chunks of a stream
+# came within 0.2 ms of a 40 ms generation, which fitted 0.007 ms decode steps. Such streams
+# time nothing and are sent again.
+BURST_SEEN = 0.5
+DECODE_TRIES = 4  # runs of a point's streams, at most, to get DECODE_REPEATS timed ones
 DECODE_TOKENS = 64  # enough steps past the start when a step carries 1 + k tokens
 COLD_TOKENS = 16  # the short streams that tell a cold start from random misses
 COLD_STREAMS = 6
@@ -136,8 +143,33 @@ def _prompt(rng: random.Random, words: int) -> str:
     return f"n{rng.getrandbits(48)} " + " ".join(f"w{rng.randrange(10_000)}" for _ in range(words))
 
 
+@dataclass
+class Streamed:
+    """One streamed answer as this client saw it, and the server's own generation time
+    (`metrics.generation_time_ms`, first to last token, where the server reports it)."""
+
+    arrivals: list[float]  # content chunks, s after the request was sent
+    prompt_tokens: int
+    server_gen_ms: float | None
+
+    def read_in_burst(self) -> bool:
+        """Its chunks reached this client far closer together than the server made them: the
+        client was descheduled and read them from its socket at once (a busy host), so their
+        gaps time the client, not the server's steps."""
+        if self.server_gen_ms is None or len(self.arrivals) < 3 or self.server_gen_ms <= 0:
+            return False
+        seen_ms = (self.arrivals[-1] - self.arrivals[0]) * 1000.0
+        return seen_ms < BURST_SEEN * self.server_gen_ms
+
+
 def stream_once(t: Target, text: str, max_tokens: int) -> tuple[float, list[float], int]:
     """One streamed chat request: (TTFT s, chunk arrival times s, prompt tokens)."""
+    got = stream_timed(t, text, max_tokens)
+    return got.arrivals[0], got.arrivals, got.prompt_tokens
+
+
+def stream_timed(t: Target, text: str, max_tokens: int) -> Streamed:
+    """One streamed chat request, with the server's generation time where it says it."""
     body = {
         "model": t.model,
         "messages": [{"role": "user", "content": text}],
@@ -159,6 +191,7 @@ def stream_once(t: Target, text: str, max_tokens: int) -> tuple[float, list[floa
             raise SetupError(f"calibration request answered {resp.status}: {resp.read()[:200]!r}")
         arrivals: list[float] = []
         prompt_tokens = 0
+        gen_ms = None
         for raw in resp:
             line = raw.strip()
             if not line.startswith(b"data:") or line == b"data: [DONE]":
@@ -167,6 +200,9 @@ def stream_once(t: Target, text: str, max_tokens: int) -> tuple[float, list[floa
             chunk = json.loads(line[5:])
             if chunk.get("usage"):
                 prompt_tokens = int(chunk["usage"].get("prompt_tokens", 0))
+            gen = (chunk.get("metrics") or {}).get("generation_time_ms")
+            if isinstance(gen, int | float):
+                gen_ms = float(gen)
             choices = chunk.get("choices") or []
             if choices and (choices[0].get("delta") or {}).get("content"):
                 arrivals.append(now)
@@ -174,7 +210,7 @@ def stream_once(t: Target, text: str, max_tokens: int) -> tuple[float, list[floa
         conn.close()
     if not arrivals:
         raise SetupError("calibration request streamed no content; is the model serving?")
-    return arrivals[0], arrivals, prompt_tokens
+    return Streamed(arrivals, prompt_tokens, gen_ms)
 
 
 def sweep_prefill(t: Target, rng: random.Random, per_word: float) -> list[Sample]:
@@ -218,29 +254,49 @@ def sweep_decode(
     first steps can carry other streams' prefill): the mean, not the median, because a
     server whose API process falls behind its engine sends several steps' chunks back to
     back after one long gap, which keeps the sum of the gaps but not their median. The
-    sample is the median over the streams of DECODE_REPEATS runs. What the step carried (one
-    token per sequence, or one plus the drafts it verified) is decided by `decode_samples`.
+    sample is the median over the streams of DECODE_REPEATS runs. A stream this client read
+    in one burst (`Streamed.read_in_burst`: only a server that reports its generation time
+    tells) is not timed and its run is sent again, up to DECODE_TRIES
+    runs; when that leaves a point untimed, the host is too busy and calibration stops with
+    that (a preset fitted on bursts would claim steps of microseconds). What the step carried
+    (one token per sequence, or one plus the drafts it verified) is decided by `decode_samples`.
     """
     out = []
+    bursts = streams = 0
     for ctx in DECODE_CONTEXTS:
         if ctx + DECODE_TOKENS + 16 > t.max_model_len:
             continue
         for batch in DECODE_BATCHES:
-            steps = []
-            for _ in range(DECODE_REPEATS):
+            steps: list[float] = []
+            for _ in range(DECODE_TRIES):
                 texts = [_prompt(rng, int(ctx / per_word)) for _ in range(batch)]
                 with ThreadPoolExecutor(max_workers=batch) as pool:
-                    results = list(pool.map(lambda x: stream_once(t, x, DECODE_TOKENS), texts))
-                for _, arrivals, _ in results:
-                    if chunks is not None:
-                        chunks.append(len(arrivals))
-                    window = arrivals[3:-2]
-                    if len(window) >= 2:
-                        steps.append((window[-1] - window[0]) / (len(window) - 1))
+                    results = list(pool.map(lambda x: stream_timed(t, x, DECODE_TOKENS), texts))
+                for r in results:
+                    if chunks is not None:  # every stream: the spec counters saw them all
+                        chunks.append(len(r.arrivals))
+                    window = r.arrivals[3:-2]
+                    if len(window) < 2:
+                        continue
+                    streams += 1
+                    if r.read_in_burst():
+                        bursts += 1  # times the client, not the server
+                        continue
+                    steps.append((window[-1] - window[0]) / (len(window) - 1))
+                if len(steps) >= DECODE_REPEATS * batch:
+                    break
             if not steps:
                 continue
-            prompt = int(statistics.median(r[2] for r in results))
+            prompt = int(statistics.median(r.prompt_tokens for r in results))
             out.append((batch, prompt, statistics.median(steps) * 1000.0))
+    if bursts and len(out) < len(DECODE_BATCHES):
+        raise SetupError(
+            f"calibration could not time the server's decode steps: {bursts} of {streams} "
+            "answer streams reached this client in one burst (their chunks spread over less "
+            f"than {BURST_SEEN:.0%} of the server's generation time), so this host was too "
+            "busy to see them paced; calibrate from a quiet host (close other load) or one "
+            "next to the server"
+        )
     return out
 
 
