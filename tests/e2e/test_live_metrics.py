@@ -58,13 +58,15 @@ def run_and_scrape(
     scrape with requests taken before stats.json exists; `final` is the first scrape that
     answers once run.json (written after stats.json) exists. The process that serves is busy
     writing the report right then (a loaded machine takes seconds), so a scrape that gets no
-    answer is tried again, not taken as the end.
+    answer is tried again, not taken as the end. The linger (5 s) only has to outlast that
+    retry: the process lingers after its files are written, so a scrape sent once run.json
+    exists is answered by the linger at the latest (30 s cost each test 25 s of idle wait).
     """
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     cmd = [sys.executable, "-m", "workload.cli", "run", "--profile", CHAT_PROFILE,
            "--users", "3", "--duration", duration, "--sim-preset", "fast", "--out", str(out),
-           "--metrics-port", str(port), "--metrics-linger", "30", *extra]  # fmt: skip
+           "--metrics-port", str(port), "--metrics-linger", "5", *extra]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         mid = final = None
