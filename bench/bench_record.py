@@ -115,12 +115,15 @@ def start_sim() -> tuple[subprocess.Popen[str], str]:
             raise SystemExit("the simulator did not start")
 
 
-def start_record(upstream: str, out: str, loop: str) -> tuple[subprocess.Popen[str], str]:
-    """`agentload record` on ``loop`` (AGENTLOAD_RECORD_LOOP: auto, uvloop, asyncio)."""
+def start_record(
+    upstream: str, out: str, loop: str, processes: int = 1
+) -> tuple[subprocess.Popen[str], str]:
+    """`agentload record` on ``loop`` (AGENTLOAD_RECORD_LOOP: auto, uvloop, asyncio) with
+    ``processes`` proxy processes."""
     env = dict(os.environ, PYTHONPATH=str(REPO), AGENTLOAD_RECORD_LOOP=loop)
     p = subprocess.Popen(
         [sys.executable, "-m", "workload.cli", "record", "--upstream", upstream, "--out", out,
-         "--port", "0", "--overwrite"],
+         "--port", "0", "--overwrite", "--processes", str(processes)],
         stdout=subprocess.PIPE, text=True, cwd=REPO, env=env,
     )  # fmt: skip
     assert p.stdout is not None
@@ -243,6 +246,20 @@ def rounds_of(url: str, n: int, stamped: bool, rounds: int) -> tuple[list[float]
     return ttfts, per
 
 
+def _proxy_processes(pid: int) -> list[psutil.Process]:
+    """`agentload record`'s proxy processes: itself and the processes it spawned but the
+    first (the recorder, spawned before the proxies; multiprocessing's resource tracker is
+    no spawned process)."""
+    parent = psutil.Process(pid)
+    kids = [k for k in parent.children() if "spawn_main" in " ".join(k.cmdline())]
+    kids.sort(key=lambda p: p.create_time())
+    return [parent, *kids[1:]]
+
+
+def _cpu(procs: list[psutil.Process]) -> float:
+    return sum(sum(p.cpu_times()[:2]) for p in procs)
+
+
 def pct(x: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(x), q)) * 1000
 
@@ -270,6 +287,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4, help="rounds per side and stream count")
     ap.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                     help="the proxy's event loop (auto: uvloop's where installed)")  # fmt: skip
+    ap.add_argument("--processes", type=int, default=1,
+                    help="`agentload record --processes N`: proxy processes on the port")  # fmt: skip
     ap.add_argument("--serve-stamp", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve_stamp:
@@ -287,8 +306,8 @@ def main() -> None:
         )
         for n in a.streams:
             out = tempfile.mkdtemp(prefix="bench-record-")
-            rec, rec_url = start_record(up_url, out, a.loop)
-            proc = psutil.Process(rec.pid)
+            rec, rec_url = start_record(up_url, out, a.loop, a.processes)
+            procs = _proxy_processes(rec.pid)
             got: dict[str, tuple[list[float], list[float]]] = {
                 "direct": ([], []),
                 "proxy": ([], []),
@@ -297,10 +316,10 @@ def main() -> None:
             try:
                 for _ in range(a.rounds):
                     for side, url in (("direct", up_url), ("proxy", rec_url)):
-                        c0 = sum(proc.cpu_times()[:2])
+                        c0 = _cpu(procs)
                         t, per = rounds_of(url, n, stamped, 2)
                         if side == "proxy":
-                            cpu += sum(proc.cpu_times()[:2]) - c0
+                            cpu += _cpu(procs) - c0
                         got[side][0].extend(t)
                         got[side][1].extend(per)
             finally:
@@ -323,9 +342,10 @@ def main() -> None:
                     f"over {own['reads']} reads (goal p99 < 1 ms: {_goal(own['p99'])})"
                 )
             chunks = n * a.rounds * 3 * (EVENTS + 2)
+            who = "process" if a.processes == 1 else f"{a.processes} processes"
             print(
                 f"{n:>7} {'proxy':>7} CPU {cpu:.2f} s for {chunks} events: {cpu / chunks * 1e6:.0f} us per event "
-                f"(the proxy's process, event loop {loop}; the recorder has its own); machine load average "
+                f"(the proxy's {who}, event loop {loop}; the recorder has its own); machine load average "
                 f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
             )
     finally:

@@ -91,8 +91,13 @@ class WireClock(httpx2.HTTPTransport):
     response when its last byte was read: the agent's own view of the wire, without the
     SDK's parsing and request building around it."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, keep_alive: bool = True) -> None:
+        """``keep_alive=False``: a new connection for every request (so that a recording
+        with several proxy processes gets them on all of its processes)."""
+        if keep_alive:
+            super().__init__()
+        else:
+            super().__init__(limits=httpx2.Limits(max_connections=10, max_keepalive_connections=0))
         self.sent: list[float] = []
         self.ended: list[float] = []
 
@@ -150,9 +155,11 @@ def _stream_round(c: openai.OpenAI, model: str, msgs: list[dict[str, Any]], run:
     run.rounds += 1
 
 
-def run_agent(base_url: str, model: str, *, server_tools: bool = True, **client: Any) -> AgentRun:
+def run_agent(
+    base_url: str, model: str, *, server_tools: bool = True, keep_alive: bool = True, **client: Any
+) -> AgentRun:
     """The agent's whole session against ``base_url`` (…/v1); what it did and measured."""
-    run = AgentRun()
+    run = AgentRun(wire=WireClock(keep_alive))
     c = openai.OpenAI(
         base_url=base_url, api_key=client.pop("api_key", "sk-test"), max_retries=0,
         http_client=openai.DefaultHttpxClient(transport=run.wire), **client,

@@ -55,7 +55,7 @@ def test_exchanges_waiting_for_a_stalled_recorder_all_reach_the_recording(
                 ex = Exchange(k, "c", "POST", "/v1/chat/completions", now, status=500, t_end=now)
                 ex.request_body += BODY.encode()
                 rp.submit(ex)
-            held = rp._tx.get_write_buffer_size() if rp._tx is not None else 0
+            held = rp.buffered
             asyncio.get_running_loop().call_later(1.0, os.kill, pid, signal.SIGCONT)
             await rp.flush()
             return held

@@ -128,29 +128,67 @@ def test_an_sdk_agent_is_recorded_fitted_and_replayed(tmp_path: Path) -> None:
             assert got[k + 1]["t_start"] >= end + rows[k]["tools"][0]["wait_s"] - 0.01
 
 
-def _stream_then_stop(tmp_path: Path, tokens: int, *extra: str) -> tuple[int, str, str, list[str]]:
-    """One SDK stream through `agentload record`, SIGTERM once its first chunk arrived:
-    (exit status, stdout, stderr, the text the agent got)."""
+def test_two_proxy_processes_record_one_trace(tmp_path: Path) -> None:
+    """`--processes 2`: every request on a new connection, so the kernel spreads them over
+    both processes; the one recorder still finds each session's rounds, in order, with the
+    agent's token counts and tool waits, and numbers the exchanges apart."""
+    sim = SimProcess("fast", seed=4).start()
+    rec = RecordProcess(sim.url, str(tmp_path / "rec"), "--processes", "2").start()
+    try:
+        runs = [run_agent(rec.url + "/v1", MODEL, keep_alive=False) for _ in range(SESSIONS)]
+        code, out, err = rec.stop(signal.SIGINT)
+    finally:
+        sim.stop()
+    assert code == 130, err
+    assert "2 processes)" in out, out
+    assert "rounds    12 (6 asked for tools, 3 in parallel)" in out, out
+    numbers = [e["exchange"] for e in _rows(tmp_path / "rec" / "exchanges.jsonl")]
+    assert len(numbers) == len(set(numbers)) == 4 * SESSIONS
+    assert {n % 2 for n in numbers} == {0, 1}, numbers  # both processes forwarded some
+    sessions: dict[str, list[dict]] = {}
+    for r in _rows(tmp_path / "rec" / "trace.jsonl"):
+        sessions.setdefault(r["session"], []).append(r)
+    assert len(sessions) == SESSIONS
+    errors = []
+    for rows, run in zip(sessions.values(), runs, strict=True):
+        errors += check_recorded_agent(rows, run)
+    check_tool_latency(errors)
+    summary = json.loads((tmp_path / "rec" / "summary.json").read_text())
+    assert (summary["sessions"], summary["rounds"], summary["tool_calls"]) == (3, 12, 9)
+    assert summary["recorder"]["processes"] == 2
+
+
+def _stream_then_stop(
+    tmp_path: Path, tokens: int, *extra: str, streams: int = 1
+) -> tuple[int, str, str, list[list[str]]]:
+    """``streams`` SDK streams through `agentload record`, each on its own connection,
+    SIGTERM once every one has its first chunk: (exit status, stdout, stderr, the chunks
+    each stream got)."""
     sim = SimProcess("fast", seed=4, sets=["decode_ms_base=40"]).start()
     rec = RecordProcess(sim.url, str(tmp_path / "rec"), *extra).start()
-    got: list[str] = []
-    started = threading.Event()
+    got: list[list[str]] = [[] for _ in range(streams)]
+    started = threading.Barrier(streams + 1, timeout=20)
 
-    def stream() -> None:
+    def stream(mine: list[str]) -> None:
         c = openai.OpenAI(base_url=rec.url + "/v1", api_key="k", max_retries=0)
         s = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
                                       max_tokens=tokens, stream=True, extra_body={"ignore_eos": True})  # fmt: skip
+        first = True
         with contextlib.suppress(Exception):  # the SDK's error for a stream cut at the grace
             for ch in s:
-                started.set()
-                got.extend(c.delta.content or "" for c in ch.choices)
+                if first:
+                    first = False
+                    started.wait()
+                mine.extend(c.delta.content or "" for c in ch.choices)
 
-    t = threading.Thread(target=stream)
+    ts = [threading.Thread(target=stream, args=(mine,)) for mine in got]
     try:
-        t.start()
-        assert started.wait(20)
+        for t in ts:
+            t.start()
+        started.wait()
         code, out, err = rec.stop(signal.SIGTERM, timeout_s=150)
-        t.join(20)
+        for t in ts:
+            t.join(20)
     finally:
         sim.stop()
     return code, out, err, got
@@ -171,7 +209,21 @@ def test_sigterm_lets_the_stream_in_flight_finish_and_exits_143(
     (row,) = _rows(tmp_path / "rec" / "trace.jsonl")
     # the answer arrived whole and was recorded; without usage, the tokenizer counted it
     assert row["record"]["tokens_from"] == "tokenizer"
-    assert row["output_tokens"] == TiktokenTokenizer().count("".join(got)) > 0
+    assert row["output_tokens"] == TiktokenTokenizer().count("".join(got[0])) > 0
+
+
+def test_sigterm_with_two_processes_lets_every_stream_finish(tmp_path: Path) -> None:
+    # four connections: the kernel gives each to one of the two processes (all four on one
+    # has a chance of 1 in 8); the in-flight count is both processes' sum either way
+    code, out, err, got = _stream_then_stop(tmp_path, 30, "--grace", "120", "--processes", "2",
+                                            streams=4)  # fmt: skip
+    assert code == 143, err
+    assert "4 exchanges in flight" in out, out
+    exchanges = _rows(tmp_path / "rec" / "exchanges.jsonl")
+    assert [ex["outcome"] for ex in exchanges] == ["ok"] * 4, exchanges
+    rows = _rows(tmp_path / "rec" / "trace.jsonl")
+    counts = sorted(TiktokenTokenizer().count("".join(g)) for g in got)
+    assert sorted(r["output_tokens"] for r in rows) == counts and counts[0] > 0
 
 
 def test_a_stream_longer_than_the_grace_is_cut_and_recorded_as_stopped(tmp_path: Path) -> None:
@@ -180,7 +232,7 @@ def test_a_stream_longer_than_the_grace_is_cut_and_recorded_as_stopped(tmp_path:
     assert "1 exchanges in flight get 0.2 s" in out
     (ex,) = _rows(tmp_path / "rec" / "exchanges.jsonl")
     assert ex["outcome"] == "stopped" and ex["status"] == 200, ex
-    assert 0 < len(got) < 400
+    assert 0 < len(got[0]) < 400
     assert _rows(tmp_path / "rec" / "trace.jsonl") == []  # a cut answer is not a round
 
 
@@ -189,6 +241,12 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
         "agentload: error: bad --upstream 'localhost:8000': give the server's URL, e.g. http://127.0.0.1:8000"
+    ]
+    p = agentload("record", "--upstream", "http://127.0.0.1:9", "--out", str(tmp_path / "r"),
+                  "--processes", "0")  # fmt: skip
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "agentload: error: bad --processes '0': a number from 1 to 64"
     ]
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "trace.jsonl").write_text("")

@@ -2,17 +2,19 @@
 
 agentload record --upstream URL --out DIR [--port 8100] [--host 127.0.0.1]
                  [--session-header X-Session-Id] [--keep-content] [--tokenizer tiktoken|server]
-                 [--subagents infer|off] [--grace S] [--overwrite]
+                 [--subagents infer|off] [--grace S] [--processes N] [--overwrite]
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from workload.errors import ArgParser, UsageError, print_warning
 from workload.record import RecordOptions, check_out_dir, parse_upstream, record
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+MAX_PROCESSES = 64
 
 
 def build_parser() -> ArgParser:
@@ -62,6 +64,12 @@ def build_parser() -> ArgParser:
         help="seconds requests in flight get to finish at Ctrl-C / SIGTERM (default 10; "
         "a second Ctrl-C cuts them at once)",
     )
+    p.add_argument(
+        "--processes",
+        default="1",
+        help="proxy processes sharing the port (Linux; default 1): for many concurrent streams, "
+        "up to one per core",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace a recording already in --out")
     return p  # fmt: skip
 
@@ -88,6 +96,17 @@ def options(argv: list[str]) -> RecordOptions:
         raise UsageError(
             f"bad --grace {a.grace!r}: seconds (0 or more) requests in flight get at stop"
         )
+    try:
+        processes = int(a.processes)
+    except ValueError:
+        processes = 0
+    if not 1 <= processes <= MAX_PROCESSES:
+        raise UsageError(f"bad --processes {a.processes!r}: a number from 1 to {MAX_PROCESSES}")
+    if processes > 1 and not sys.platform.startswith("linux"):
+        raise UsageError(
+            f"--processes {processes} needs Linux (its SO_REUSEPORT spreads connections over "
+            "processes); give --processes 1"
+        )
     tok = a.tokenizer
     if tok != "server" and tok.partition(":")[0] != "tiktoken":
         raise UsageError(f"bad --tokenizer {tok!r}: tiktoken[:ENCODING] or server")
@@ -98,7 +117,7 @@ def options(argv: list[str]) -> RecordOptions:
     return RecordOptions(
         upstream=up, out=out, host=a.host, port=port,
         session_header=a.session_header or None, keep_content=a.keep_content,
-        tokenizer=tok, subagents=a.subagents == "infer", grace_s=grace,
+        tokenizer=tok, subagents=a.subagents == "infer", grace_s=grace, processes=processes,
     )  # fmt: skip
 
 

@@ -48,9 +48,14 @@ CONNECT_TIMEOUT_S = 10.0
 class Clock:
     """Unix seconds from one monotonic base, so differences are exact and labels are wall time."""
 
-    def __init__(self) -> None:
-        self._wall = time.time()
-        self._ns = time.perf_counter_ns()
+    def __init__(self, anchor: tuple[float, int] | None = None) -> None:
+        """``anchor``: another Clock's (``Clock.anchor``), so proxy processes of one recording
+        share one clock (``perf_counter_ns`` is the system's monotonic clock on Linux)."""
+        self._wall, self._ns = anchor or (time.time(), time.perf_counter_ns())
+
+    @property
+    def anchor(self) -> tuple[float, int]:
+        return self._wall, self._ns
 
     def now(self) -> float:
         return self._wall + (time.perf_counter_ns() - self._ns) / 1e9
@@ -176,22 +181,29 @@ class RecordingProxy:
         *,
         session_header: str | None = None,
         clock: Clock | None = None,
+        numbers: tuple[int, int] = (1, 1),
     ) -> None:
+        """``numbers``: (first, step) of the exchange numbers, so that proxy processes of one
+        recording number theirs apart (process i of N: i + 1, step N)."""
         self.upstream = upstream
         self.sink = sink
         self.session_header = session_header
         self.clock = clock or Clock()
-        self._n = 0
+        self._step = numbers[1]
+        self._n = numbers[0] - numbers[1]
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._conns: dict[asyncio.Task[None], _Conn] = {}
         self._ssl = ssl.create_default_context() if upstream.tls else None
         self.stopping = False
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, *, share_port: bool = False) -> int:
+        """Listen; the port. ``share_port``: SO_REUSEPORT, so other proxy processes of the
+        recording listen on the same port and the kernel spreads connections over them."""
         self._server = await asyncio.start_server(
-            self._accept, host, port, limit=MAX_HEAD_BYTES * 2, reuse_address=True
-        )
+            self._accept, host, port, limit=MAX_HEAD_BYTES * 2, reuse_address=True,
+            reuse_port=share_port or None,
+        )  # fmt: skip
         return int(self._server.sockets[0].getsockname()[1])
 
     @property
@@ -264,7 +276,7 @@ class RecordingProxy:
         return raw
 
     def _new_exchange(self, conn: _Conn, head: Head, t0: float) -> Exchange:
-        self._n += 1
+        self._n += self._step
         ua = head.get("user-agent")
         client = conn.peer + (
             "/" + hashlib.blake2b(ua.encode(), digest_size=4).hexdigest() if ua else ""
@@ -295,7 +307,7 @@ class RecordingProxy:
             conn.writer.write(
                 _error_response(400, "Bad Request", f"agentload record: {e}", "bad_request")
             )
-            self._n += 1
+            self._n += self._step
             self.sink(Exchange(self._n, conn.peer, "", "", t0, status=400, t_end=t0,
                                outcome="bad_request", error=str(e)))  # fmt: skip
             return False

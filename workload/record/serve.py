@@ -8,8 +8,10 @@ recorded as ``stopped``), then the trace is completed and summarized; the exit s
 The loop is uvloop's where it is installed (a dependency on Linux and macOS: its C loop
 calls each read's callback straight from libuv, without asyncio's selector and handle per
 read, which is what 50 streams' events arriving together wait on), else asyncio's own;
-``AGENTLOAD_RECORD_LOOP=asyncio`` picks asyncio's (to compare the two). Which one ran is in
-the start-up line and ``summary.json`` (``recorder.event_loop``).
+``AGENTLOAD_RECORD_LOOP=asyncio`` picks asyncio's (to compare the two; ``options.py``). Which
+one ran is in the start-up line and ``summary.json`` (``recorder.event_loop``). With
+``processes`` > 1 the other proxy processes on the port are ``workers.py``'s; this process
+stays the one that takes the stop signals and tells them.
 """
 
 from __future__ import annotations
@@ -17,22 +19,27 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
-import pickle
 import queue
 import signal
-import struct
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from workload.errors import SetupError, UsageError
 from workload.plan.tokens import ServerTokenizer, TiktokenTokenizer
 from workload.record.extract import Facts
-from workload.record.proxy import RecordingProxy, Upstream
+from workload.record.options import (
+    SWITCH_INTERVAL_S,
+    RecordOptions,
+    event_loop,
+    new_loop,
+    runner,
+)
+from workload.record.pipes import ExchangePipe, exchanges_in_order
+from workload.record.proxy import RecordingProxy
 from workload.record.recorder import Recorder, summary_lines
+from workload.record.workers import ProxyProcesses
 from workload.stopping import (
     STOP_SIGNALS,
     StopLatch,
@@ -40,50 +47,6 @@ from workload.stopping import (
     set_parent_death_signal,
     signal_name,
 )
-
-try:
-    import uvloop  # type: ignore[import-not-found]  # a dependency except on Windows
-except ImportError:  # Windows (uvloop does not build there) or an install without it
-    uvloop = None  # type: ignore[assignment]
-
-GRACE_S = 10.0
-SWITCH_INTERVAL_S = 0.0005
-LOOP_ENV = "AGENTLOAD_RECORD_LOOP"
-LOOPS = ("auto", "uvloop", "asyncio")  # auto: uvloop's where installed
-
-
-@dataclass(frozen=True, slots=True)
-class RecordOptions:
-    """What `agentload record` was asked for (validated by the CLI)."""
-
-    upstream: Upstream
-    out: Path
-    host: str = "127.0.0.1"
-    port: int = 8100
-    session_header: str | None = None
-    keep_content: bool = False
-    tokenizer: str = "tiktoken"
-    subagents: bool = True
-    grace_s: float = GRACE_S
-
-
-def event_loop() -> str:
-    """The proxy's event loop, "uvloop" or "asyncio": uvloop's when installed, unless
-    ``AGENTLOAD_RECORD_LOOP`` says otherwise (auto, uvloop, asyncio)."""
-    want = os.environ.get(LOOP_ENV, "").strip().lower() or "auto"
-    if want not in LOOPS:
-        raise UsageError(
-            f"{LOOP_ENV}={want} is not an event loop", hint="give auto, uvloop or asyncio"
-        )
-    if want == "uvloop" and uvloop is None:
-        raise SetupError(f"{LOOP_ENV}=uvloop, but uvloop is not installed",
-                         hint="pip install uvloop, or unset it (asyncio's loop then runs)")  # fmt: skip
-    return "uvloop" if uvloop is not None and want != "asyncio" else "asyncio"
-
-
-def new_loop(name: str) -> asyncio.AbstractEventLoop:
-    """A new event loop of that name (``event_loop``)."""
-    return uvloop.new_event_loop() if name == "uvloop" else asyncio.new_event_loop()
 
 
 def _counters(o: RecordOptions) -> tuple[Any, Callable[[Facts, int], int], Callable[[str], int]]:
@@ -119,6 +82,7 @@ def make_recorder(o: RecordOptions, loop: str) -> Recorder:
         "session_header": o.session_header,
         "tokenizer": o.tokenizer,
         "subagents": "infer" if o.subagents else "off",
+        "processes": o.processes,
     }
     return Recorder(
         o.out, encode=encode, count_prompt=count_prompt, count_text=count_text,
@@ -127,9 +91,11 @@ def make_recorder(o: RecordOptions, loop: str) -> Recorder:
 
 
 async def _start(o: RecordOptions, sink: Callable[[Any], None]) -> tuple[RecordingProxy, int]:
-    proxy = RecordingProxy(o.upstream, sink, session_header=o.session_header)
+    proxy = RecordingProxy(
+        o.upstream, sink, session_header=o.session_header, numbers=(1, o.processes)
+    )
     try:
-        port = await proxy.start(o.host, o.port)
+        port = await proxy.start(o.host, o.port, share_port=o.processes > 1)
     except OSError as e:
         reason = os.strerror(e.errno) if e.errno else str(e)
         raise SetupError(
@@ -149,9 +115,8 @@ def record(o: RecordOptions, *, out: Any = None) -> int:
     # instead of the default 5 ms.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     held: list[RecorderProcess] = []  # made once the port is bound: a refused port leaves no files
-    run = uvloop.run if loop == "uvloop" else asyncio.run
     try:
-        code = run(_serve(o, held, out, loop))
+        code = runner(loop)(_serve(o, held, out, loop))
     finally:
         summary = held[0].close() if held else None
     assert summary is not None
@@ -163,10 +128,16 @@ def record(o: RecordOptions, *, out: Any = None) -> int:
 
 
 async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any, name: str) -> int:
+    """Long because it is the whole stop path, in order: serve until a stop signal, give
+    exchanges in flight the grace (in every proxy process), let the recorder catch up."""
     loop = asyncio.get_running_loop()
     proxy, port = await _start(o, lambda ex: held[0].submit(ex))
     held.append(RecorderProcess(o, name))
     await held[0].attach()
+    more = None
+    if o.processes > 1:
+        more = ProxyProcesses(o, name, port, proxy.clock, held[0].pipes[1:])
+        more.wait_ready(f"{o.host}:{port}")
     latch = StopLatch()
     stop, now = asyncio.Event(), asyncio.Event()
 
@@ -176,19 +147,23 @@ async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any, name: 
             stop.set()
         elif what == "now":
             now.set()
+            if more is not None:
+                more.now()
 
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
+    procs = f", {o.processes} processes" if o.processes > 1 else ""
     print(f"agentload record: listening on http://{o.host}:{port}/v1 -> {o.upstream.url} "
-          f"(event loop: {name})", file=out)  # fmt: skip
+          f"(event loop: {name}{procs})", file=out)  # fmt: skip
     print(
         f"agentload record: writing {o.out}/trace.jsonl; Ctrl-C stops and completes it",
         file=out,
         flush=True,
     )
     await stop.wait()
-    if proxy.in_flight:
-        print(f"agentload record: stopping; {proxy.in_flight} exchanges in flight get {o.grace_s:g} s "
+    in_flight = proxy.in_flight + (await more.stop(o.grace_s) if more is not None else 0)
+    if in_flight:
+        print(f"agentload record: stopping; {in_flight} exchanges in flight get {o.grace_s:g} s "
               "(Ctrl-C again: now)", file=out, flush=True)  # fmt: skip
     closing = asyncio.ensure_future(proxy.close(o.grace_s))
     cut = asyncio.ensure_future(now.wait())
@@ -201,28 +176,30 @@ async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any, name: 
               "(Ctrl-C again: stop now, losing them)", file=out, flush=True)  # fmt: skip
     now.clear()  # a press during the grace cut the exchanges; only a later one cuts this wait
     await held[0].flush(give_up=now)
+    if more is not None:
+        done = asyncio.ensure_future(more.wait_done())
+        cut = asyncio.ensure_future(now.wait())
+        await asyncio.wait({done, cut}, return_when=asyncio.FIRST_COMPLETED)
+        cut.cancel()
+        if not done.done():
+            done.cancel()
+            more.kill()
     for sig in STOP_SIGNALS:
         loop.remove_signal_handler(sig)
         signal.signal(sig, signal.SIG_IGN)  # the trace is being completed: late presses wait
     return exit_code_for_signal(latch.signum or signal.SIGINT)
 
 
-def _recorder_main(o: RecordOptions, loop: str, inbox: Any, outbox: Any) -> None:
-    """The recorder's own process: exchanges from the ``inbox`` pipe until None (or the
-    parent's end of it closing), then the summary."""
+def _recorder_main(o: RecordOptions, loop: str, inboxes: list[Any], outbox: Any) -> None:
+    """The recorder's own process: exchanges from the ``inboxes`` pipes (one per proxy
+    process) until each has sent None (or its writer closed it), then the summary."""
     for sig in STOP_SIGNALS:  # the parent decides when the recording stops, and tells us
         signal.signal(sig, signal.SIG_IGN)
     set_parent_death_signal(signal.SIGKILL)  # rows already appended stay; nothing hangs on
     _counters(o)[0]("warm up")  # the tokenizer's first call builds tables
     rec = make_recorder(o, loop)
     outbox.put("ready")
-    while True:
-        try:
-            ex = inbox.recv()
-        except EOFError:
-            break
-        if ex is None:
-            break
+    for ex in exchanges_in_order(inboxes):
         rec.submit(ex)
     outbox.put(rec.close())
 
@@ -230,82 +207,49 @@ def _recorder_main(o: RecordOptions, loop: str, inbox: Any, outbox: Any) -> None
 class RecorderProcess:
     """The Recorder in a child process: the proxy's loop only hands exchanges to a pipe, so
     reading bodies, tokenizing and hashing never hold the GIL the loop stamps reads under.
-
-    Once ``attach``ed to the proxy's loop the pipe is written by an asyncio pipe transport
-    (non-blocking writes on the loop's own thread): no feeder thread in the proxy's process
-    competes with the loop for the GIL while streams are relayed (a thread holding it when
-    the OS preempts it stalls the loop for that long)."""
+    ``pipes``: one writing end per proxy process (``o.processes``); this process writes
+    ``pipes[0]``, the others go to the proxy processes (``workers.ProxyProcesses``)."""
 
     def __init__(self, o: RecordOptions, loop: str) -> None:
         """``loop``: the name of the event loop the proxy runs on (for the summary)."""
         ctx = multiprocessing.get_context("spawn")
         self._outbox = ctx.Queue()
-        inbox, self._pipe = ctx.Pipe(duplex=False)
+        ends = [ctx.Pipe(duplex=False) for _ in range(o.processes)]
         self._proc = ctx.Process(
-            target=_recorder_main, args=(o, loop, inbox, self._outbox), name="agentload-recorder",
-            daemon=True,
+            target=_recorder_main, args=(o, loop, [r for r, _ in ends], self._outbox),
+            name="agentload-recorder", daemon=True,
         )  # fmt: skip
         self._proc.start()
-        inbox.close()
-        self._tx: asyncio.WriteTransport | None = None
-        self._ended = False  # the end (None) is in the pipe
+        for r, _ in ends:
+            r.close()
+        self.pipes = [ExchangePipe(w) for _, w in ends]
         ready = self._outbox.get(timeout=120)
         if ready != "ready":
             raise SetupError(f"the recorder did not start ({ready})")
 
+    def alive(self) -> bool:
+        return self._proc.is_alive()
+
     async def attach(self) -> None:
-        """Write the pipe from the running loop from now on."""
-        loop = asyncio.get_running_loop()
-        f = os.fdopen(os.dup(self._pipe.fileno()), "wb", buffering=0)
-        self._tx, _ = await loop.connect_write_pipe(asyncio.Protocol, f)
+        await self.pipes[0].attach()
 
     async def flush(self, give_up: asyncio.Event | None = None) -> None:
-        """Everything submitted, then the end, written to the pipe (before the loop ends).
-
-        Waits as long as the recorder reads: what is still buffered when the loop ends is
-        lost, and a slow recorder (a long prompt to tokenize) is no reason to drop the
-        exchanges after it. Only a recorder that died, or ``give_up`` (a second Ctrl-C),
-        stops the wait."""
-        if self._tx is None:
-            return
-        tx, self._tx = self._tx, None
-        self._frame(tx, None)
-        self._ended = True
-        while tx.get_write_buffer_size() and not tx.is_closing() and self._proc.is_alive():
-            if give_up is not None and give_up.is_set():
-                break
-            await asyncio.sleep(0.01)
-        tx.close()
+        await self.pipes[0].flush(self.alive, give_up)
 
     @property
     def buffered(self) -> int:
-        """Bytes of exchanges not yet in the pipe (the recorder reads slower than they come)."""
-        return self._tx.get_write_buffer_size() if self._tx is not None else 0
-
-    @staticmethod
-    def _frame(tx: asyncio.WriteTransport, obj: Any) -> None:
-        b = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
-        tx.write(struct.pack("!i", len(b)) + b)  # bodies are capped far below 2 GiB
+        return self.pipes[0].buffered
 
     def submit(self, ex: Any) -> None:
-        """Hand a finished exchange on (the pipe's framing: multiprocessing.Connection's)."""
-        if self._tx is None:
-            self._blocking().send(ex)
-            return
-        self._frame(self._tx, ex)
-
-    def _blocking(self) -> Any:
-        """The pipe for a plain ``send``: the loop's transport made the file description it
-        shares non-blocking, and a send into a full pipe would then fail (BlockingIOError)
-        instead of waiting for the recorder."""
-        os.set_blocking(self._pipe.fileno(), True)
-        return self._pipe
+        self.pipes[0].submit(ex)
 
     def close(self) -> dict[str, Any]:
         """Finish the recording; the summary. Waits as long as the recorder lives (a long
         trace to finish is no reason to cut it); one that died is one line, not a wait."""
-        if not self._ended and self._proc.is_alive():
-            self._blocking().send(None)
+        if not self.pipes[0].ended and self._proc.is_alive():
+            self.pipes[0].blocking().send(None)
+        for p in self.pipes[1:]:  # proxy processes that never started: their pipes end here
+            p.conn.close()
         while True:
             try:
                 summary: dict[str, Any] = self._outbox.get(timeout=0.5)
@@ -335,6 +279,9 @@ class RecordThread:
         self._thread: threading.Thread | None = None
 
     def start(self) -> RecordThread:
+        if self.o.processes != 1:
+            raise UsageError("RecordThread serves in one process: processes must be 1",
+                             hint="use record() (agentload record) for --processes")  # fmt: skip
         self.recorder = make_recorder(self.o, self.event_loop)
         ready = threading.Event()
 
