@@ -72,6 +72,7 @@ def _pysum(x: np.ndarray) -> float:
     return total
 
 
+RESOLUTION_MS = 0.001  # latencies are recorded in whole microseconds
 MIN_SAMPLES = 20  # per side, below which a metric is "insufficient data"
 MIN_PRIOR_PAIRS = 5  # paired requests a shift's point needs to be judged on the prior alone
 
@@ -300,7 +301,11 @@ def _quantile_rows(
             m.paired_share, m.higher_is_worse = ps, d.higher_is_worse
             if min(na, nb) >= _min_n(q) and m.a and m.b and ba is not None and bb is not None:
                 m.change = m.b / m.a - 1.0
-                lr = np.log(bb[j]) - np.log(ba[j])
+                # a replicate's quantile can be 0 (chunks read in one burst): floored at the
+                # 1 µs resolution, it counts as the largest change it can be, not as no draw
+                lr = np.log(np.maximum(bb[j], RESOLUTION_MS)) - np.log(
+                    np.maximum(ba[j], RESOLUTION_MS)
+                )
                 m.se = robust_se(lr)
             out.append(m)
     return out
