@@ -426,6 +426,10 @@ TABLES = {
     "real-3-rates": lambda: table_real_rates("real-3"),
     "real-3-kinds": lambda: table_real("real-3"),
     "real-3-spread": lambda: table_spread("real-3", "sim-aa"),
+    # chat without think time (bench/chat_no_think.yaml): ~10x the requests per block
+    "real-4-rates": lambda: table_real_rates("real-4"),
+    "real-4-kinds": lambda: table_real("real-4"),
+    "real-4-spread": lambda: table_spread("real-4", "sim-aa"),
 }
 
 
