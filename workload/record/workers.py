@@ -58,7 +58,7 @@ async def _serve_child(
     try:
         await proxy.start(o.host, port, share_port=True)
     except OSError as e:
-        control.send(("failed", os.strerror(e.errno) if e.errno else str(e)))
+        _say(control, ("failed", os.strerror(e.errno) if e.errno else str(e)))
         return
     await out.attach()
     said: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
@@ -71,10 +71,10 @@ async def _serve_child(
             said.put_nowait(("now",))
 
     loop.add_reader(control.fileno(), read)
-    control.send(("ready",))
+    _say(control, ("ready",))
     what = await said.get()
     grace = float(what[1]) if what[0] == "stop" else 0.0
-    control.send(("in_flight", proxy.in_flight))
+    _say(control, ("in_flight", proxy.in_flight))
     closing = asyncio.ensure_future(proxy.close(grace))
     cut = asyncio.ensure_future(said.get())
     await asyncio.wait({closing, cut}, return_when=asyncio.FIRST_COMPLETED)
@@ -83,7 +83,13 @@ async def _serve_child(
     cut.cancel()
     await out.flush(lambda: True)  # the recorder reads until every pipe has ended
     loop.remove_reader(control.fileno())
-    control.send(("done",))
+    _say(control, ("done",))
+
+
+def _say(control: Any, msg: tuple[Any, ...]) -> None:
+    """Tell process 0; if it is gone (killed: this process is being killed too) say nothing."""
+    with contextlib.suppress(OSError):
+        control.send(msg)
 
 
 class ProxyProcesses:
