@@ -22,7 +22,7 @@ import hashlib
 import ssl
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -225,6 +225,16 @@ class RecordingProxy:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def close_unless(self, grace_s: float, cut: Awaitable[Any]) -> None:
+        """``close(grace_s)``, cut short (busy connections closed at once) when ``cut``
+        completes first: a second Ctrl-C."""
+        closing = asyncio.ensure_future(self.close(grace_s))
+        stop = asyncio.ensure_future(cut)
+        await asyncio.wait({closing, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not closing.done():
+            await self.close(0.0)
+        stop.cancel()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

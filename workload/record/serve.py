@@ -165,12 +165,7 @@ async def _serve(o: RecordOptions, held: list[RecorderProcess], out: Any, name: 
     if in_flight:
         print(f"agentload record: stopping; {in_flight} exchanges in flight get {o.grace_s:g} s "
               "(Ctrl-C again: now)", file=out, flush=True)  # fmt: skip
-    closing = asyncio.ensure_future(proxy.close(o.grace_s))
-    cut = asyncio.ensure_future(now.wait())
-    await asyncio.wait({closing, cut}, return_when=asyncio.FIRST_COMPLETED)
-    if not closing.done():
-        await proxy.close(0.0)
-    cut.cancel()
+    await proxy.close_unless(o.grace_s, now.wait())
     if held[0].buffered:
         print(f"agentload record: the recorder is {held[0].buffered} bytes behind; waiting for it "
               "(Ctrl-C again: stop now, losing them)", file=out, flush=True)  # fmt: skip

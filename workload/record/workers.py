@@ -75,12 +75,7 @@ async def _serve_child(
     what = await said.get()
     grace = float(what[1]) if what[0] == "stop" else 0.0
     _say(control, ("in_flight", proxy.in_flight))
-    closing = asyncio.ensure_future(proxy.close(grace))
-    cut = asyncio.ensure_future(said.get())
-    await asyncio.wait({closing, cut}, return_when=asyncio.FIRST_COMPLETED)
-    if not closing.done():
-        await proxy.close(0.0)
-    cut.cancel()
+    await proxy.close_unless(grace, said.get())
     await out.flush(lambda: True)  # the recorder reads until every pipe has ended
     loop.remove_reader(control.fileno())
     _say(control, ("done",))
