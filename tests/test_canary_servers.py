@@ -153,7 +153,8 @@ def test_startup_rows_judge_values_with_threshold_and_floor(tmp_path):
 def test_sequential_canary_starts_measures_and_stops_each_server(tmp_path, capsys):
     out = tmp_path / "c"
     code = agentload_main(["canary", "--baseline-cmd", SIM, "--candidate-cmd", SIM, "--mode", "sequential", *TRAFFIC,
-         "--out", str(out), "--no-html", "--n-boot", "200", "--threshold", "time_to_ready=off"]
+         "--out", str(out), "--no-html", "--n-boot", "200", "--threshold", "time_to_ready=off",
+         "--warmup", "2s"]
     )  # fmt: skip
     printed = capsys.readouterr()
     # 2 users for 6 s per side cannot rule out a 10 % regression: the honest verdict is
@@ -186,6 +187,12 @@ def test_sequential_canary_starts_measures_and_stops_each_server(tmp_path, capsy
         differs = su["baseline"][key] != su["candidate"][key]
         assert (f"startup.{key}" in diff) == differs, (key, su, diff)
     assert "startup.cmd_template" not in diff
+    # each started server was warmed for 2 s before its side's run, by real traffic
+    for side in ("baseline", "candidate"):
+        warm = out / "warmup" / f"{side}-1"
+        assert json.loads((warm / "spec.json").read_text())["duration_s"] == 2
+        assert (warm / "requests.jsonl").read_text().strip()
+        assert f"starting {side} warm-up" in printed.out
 
 
 @pytest.mark.parametrize(

@@ -80,6 +80,7 @@ from workload.orchestrate.canary.servers import (
     attach_startup,
     probe_ready,
 )
+from workload.orchestrate.canary.warmup import Warmups, warm_label
 from workload.orchestrate.locust_child import discard_unstarted, start_run
 from workload.report.compare_report import write_compare_report
 from workload.run.checks import run_dir_lock
@@ -194,6 +195,9 @@ def _progress(label: str, outs: list[tuple[str, Path]], block_s: float, elapsed_
 
 def _group_label(group: list[Job], blocks: int) -> str:
     name = group[0].out.name
+    warm = warm_label(group[0].out)
+    if warm:
+        return warm
     return f"{name} of {blocks}" if name.startswith("block-") else "the run"
 
 
@@ -332,6 +336,7 @@ def run_canary(
     restart_per_block: bool = False,
     probe: Probe = probe_ready,
     early_stop: bool = False,
+    warmup_s: float = 0.0,
 ) -> int:
     """Run both sides, compare, write comparison.json / compare.html, print the verdict.
 
@@ -357,18 +362,27 @@ def run_canary(
     groups = schedule(traffic, mode, blocks, bs, side_run)
     timeout = (bs if blocks > 1 else traffic.duration_s) + GRACE_S
     sides_at_once = 2 if mode == "simultaneous" else 1
+    warm = f", after a {warmup_s:g} s warm-up of each side, not judged" if warmup_s else ""
     print(
         f"agentload canary: {mode}, {blocks} block{'s' if blocks > 1 else ''} x {bs:g} s per side "
-        f"(about {blocks * bs * 2 / sides_at_once / 60:.1f} min of traffic)",
+        f"(about {blocks * bs * 2 / sides_at_once / 60:.1f} min of traffic{warm})",
         flush=True,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     startups: list[tuple[Path, dict[str, Any]]] = []
+    warmups = Warmups(warmup_s, out_dir)
 
     def start_servers(group: list[Job]) -> None:
+        starts: dict[str, str | None] = {}
         if pool is not None:
             recs = pool.ensure([j.side for j in group], restart=restart_per_block)
             startups.extend((j.out, recs[j.side]) for j in group if j.side in recs)
+            starts = {side: rec.get("start_id") for side, rec in recs.items()}
+        cold = warmups.due([j.side for j in group], starts)
+        if cold:  # a side's first block, or its server just (re)started: warm it, unjudged
+            jobs = [Job(f"{side} warm-up", side, warmups.spec(traffic, side, urls[side]))
+                    for side in cold]  # fmt: skip
+            run_sides([jobs], warmup_s + GRACE_S, launch, block_s=warmup_s)
 
     looks = EarlyStop(out_dir, blocks, thresholds, confidence, n_boot) if early_stop else None
     canary: dict[str, Any] = {
@@ -376,6 +390,8 @@ def run_canary(
         "baseline": urls["baseline"],
         "candidate": urls["candidate"],
         "run_args": list(run_args),
+        "warmup_s": warmup_s,
+        "warmups": warmups.runs,  # filled in as they run
     }
     state = Progress()
     try:
@@ -409,6 +425,11 @@ def run_canary(
         assert pool is not None
         return _startup_verdict(e, pool, out_dir, mode, run_args)
     except STOPS as e:
+        if not state.started and warmups.runs:  # stopped while warming: no block ran
+            print(stopped_line(stop_signum(e), f"canary stopped during the warm-up, before any "
+                               f"block; no verdict (the warm-up runs, never judged, are in "
+                               f"{out_dir / 'warmup'})"), flush=True)  # fmt: skip
+            return exit_code_for_signal(stop_signum(e))
         if not state.started:
             raise  # nothing ran: the edge's "before the run started" line is the truth
         if pool is not None:

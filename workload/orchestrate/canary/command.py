@@ -18,6 +18,7 @@ from workload.orchestrate.canary.servers import (
     load_servers_file,
     split_command,
 )
+from workload.orchestrate.canary.warmup import parse_warmup
 from workload.run.options import CANARY_FORBIDDEN, check_host
 
 
@@ -73,6 +74,12 @@ def canary_argparser(prog: str = "agentload canary") -> ArgParser:
         f"settled (interim looks spend {EARLY_ALPHA_SHARE * 100:g}%% of alpha; not in sequential "
         "mode)",
     )  # fmt: skip
+    p.add_argument(
+        "--warmup", default=None, metavar="S",
+        help="seconds of the traffic sent to a side before its first block and after every "
+        "start of its server, not judged (default 10s for servers the canary starts, "
+        "0 for URLs)",
+    )  # fmt: skip
     p.add_argument("--baseline-log", default=None, help="baseline server log to fingerprint")
     p.add_argument("--candidate-log", default=None, help="candidate server log to fingerprint")
     p.add_argument("--no-html", action="store_true", help="skip compare.html")
@@ -105,7 +112,7 @@ def main_canary(argv: list[str]) -> int:
         parse_threshold_flags(args.threshold), (args.baseline_log, args.candidate_log),
         blocks=args.blocks, confidence=args.confidence, n_boot=args.n_boot, html=not args.no_html,
         servers=servers or None, restart_per_block=args.restart_per_block,
-        early_stop=args.early_stop,
+        early_stop=args.early_stop, warmup_s=parse_warmup(args.warmup, bool(servers)),
     )  # fmt: skip
 
 
