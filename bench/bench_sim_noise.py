@@ -11,8 +11,9 @@ sized before a real-time campaign (bench/bench_sim_canary.py) confirms them.
     python bench/bench_sim_noise.py --preset-file twin.yaml --pairs 40
     python bench/bench_sim_noise.py --set noise_drift_sigma=0.5 --set noise_drift_tau_s=8
 
-Prints each metric's rms per-block change next to bench/results/real-1's (the target is
-within 1.5x).
+Prints each metric's rms per-block change next to a real campaign's A/A blocks (`--real`,
+default bench/results/real-1; the target is within 1.5x). `--no-think` drops the think time
+(bench/chat_no_think.yaml, the traffic of real-4 and real-5).
 """
 
 from __future__ import annotations
@@ -47,12 +48,16 @@ def lognormal(rng: random.Random, mean: float, sigma: float, lo: float, hi: floa
 class Session:
     """One chat session's plan, drawn from the traffic seed (the same on both sides)."""
 
+    # think time between turns (s): `chat`'s; 0 is bench/chat_no_think.yaml (--no-think)
+    think_s = 8.0
+
     def __init__(self, rng: random.Random, sid: int) -> None:
         self.sid = sid
         self.turns = round(lognormal(rng, 4, 0.5, 1, 10))
         self.user = [round(lognormal(rng, 150, 0.9, 5, 2000)) for _ in range(self.turns)]
         self.out = [round(lognormal(rng, 210, 0.7, 8, 1000)) for _ in range(self.turns)]
-        self.think = [lognormal(rng, 8, 0.6, 0.1, 60) for _ in range(self.turns)]
+        think = [lognormal(rng, 8, 0.6, 0.1, 60) for _ in range(self.turns)]
+        self.think = [t * self.think_s / 8.0 for t in think]  # the same draws either way
 
 
 def run_block(eng: Engine, t0: float, block_s: float, users: int, seed: int) -> tuple[dict, float]:
@@ -92,8 +97,10 @@ def run_block(eng: Engine, t0: float, block_s: float, users: int, seed: int) -> 
                 return {"reqs": done, "completed": completed}, now
             now = max(now, arrivals[0][0])
             continue
-        if not eng.has_runnable():
-            nxt = [t for t in (eng.next_ready(), arrivals[0][0] if arrivals else None) if t]
+        ready = eng.next_ready()
+        if not eng.has_runnable() and (ready is None or ready > now):
+            # nothing past the API stage yet: jump to when something is (a step admits it)
+            nxt = [t for t in (ready, arrivals[0][0] if arrivals else None) if t is not None]
             now = max(now, min(nxt))
             continue
         out = eng.step(now)
@@ -149,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gap-s", type=float, default=5.0, help="idle time between blocks")
     p.add_argument("--users", type=int, default=8)
     p.add_argument("--warm-from", type=int, default=1, help="blocks before this are left out")
+    p.add_argument("--no-think", action="store_true", help="no think time (chat_no_think.yaml)")
+    p.add_argument(
+        "--real", default="real-1", help="the real campaign whose A/A blocks are the target"
+    )
     p.add_argument(
         "--candidate-scenario",
         action="append",
@@ -157,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         help="side B gets this scenario: its changes instead of an A/A spread",
     )
     args = p.parse_args(argv)
+    if args.no_think:
+        Session.think_s = 0.0
     fs = load_preset_file(args.preset_file) if args.preset_file else None
     cfg_args = dict(file_settings=fs) if fs else {}
     sets = ["instance_noise=true", *args.set]
@@ -178,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             for m, v in block_changes(a, b, (da, db)).items():
                 if v is not None:
                     changes[m].append(v)
-    real = [t for t in verdict_tables.load("real-1") if t["kind"] == "aa"]
+    real = [t for t in verdict_tables.load(args.real) if t["kind"] == "aa"]
     if args.candidate_scenario:
         print(f"{'metric':20} {'median':>8} {'mean':>8} {'sd':>8} {'blocks':>6}  (log change, B/A)")
         for m in METRICS:
