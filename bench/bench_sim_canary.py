@@ -81,6 +81,8 @@ def run_trial(out: Path, i: int, kind: str, args: argparse.Namespace) -> dict:
         ("--blocks", args.blocks),
         ("--block-s", args.block_s),
         ("--users", args.users),
+        ("--mode", args.mode),
+        ("--warmup", args.warmup),
     ):
         if v:
             argv += [flag, str(v)]
@@ -92,7 +94,8 @@ def run_trial(out: Path, i: int, kind: str, args: argparse.Namespace) -> dict:
         "design": {"profile": args.profile, "blocks": args.blocks or 8, "block_s": args.block_s,
                    "users": args.users, "preset": args.preset,
                    "preset_file": getattr(args, "design_preset_file", args.preset_file),
-                   "file_set": args.file_set, "set": args.set},
+                   "file_set": args.file_set, "set": args.set, "mode": args.mode or None,
+                   "warmup": args.warmup or None},
     }  # fmt: skip
     (tdir / "trial.json").write_text(json.dumps(rec))
     print(json.dumps(rec), flush=True)
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--users", type=int, default=0, help="0: the profile's")
     p.add_argument("--blocks", type=int, default=0, help="0: the canary's default")
     p.add_argument("--block-s", type=float, default=0, help="0: the profile's run length")
+    p.add_argument("--mode", default="", help="the canary's --mode (default: its own)")
+    p.add_argument("--warmup", default="", help="the canary's --warmup (default: its own)")
     p.add_argument("--seed", type=int, default=41_000_000)
     p.add_argument("--parallel", type=int, default=1)
     p.add_argument(

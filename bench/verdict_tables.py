@@ -320,7 +320,9 @@ def table_real_rates(campaign: str = "real-1") -> str:
     aa = [t for t in trials if t["kind"] == "aa"]
     reg = [t for t in trials if t["kind"] != "aa"]
     lines = ["| | result (Wilson 95 %) | target |", "|---|---|---|"]
-    for key, label in (("judged", "all 3 blocks"), ("judged_2_blocks", "blocks 1-2 alone")):
+    nb = sorted({t.get("blocks", 3) for t in trials})
+    every = f"all {'/'.join(map(str, nb))} blocks"
+    for key, label in (("judged", every), ("judged_2_blocks", "blocks 1-2 alone")):
         js = [t[key] for t in aa if key in t]
         k = sum(j["verdict"] not in FAILS for j in js)
         lines.append(
@@ -430,6 +432,12 @@ TABLES = {
     "real-4-rates": lambda: table_real_rates("real-4"),
     "real-4-kinds": lambda: table_real("real-4"),
     "real-4-spread": lambda: table_spread("real-4", "sim-aa"),
+    # one server loaded at a time (interleaved), 10 s warm-up, 4 blocks (2026-12-06)
+    "real-5-rates": lambda: table_real_rates("real-5"),
+    "real-5-kinds": lambda: table_real("real-5"),
+    "real-5-spread": lambda: table_spread("real-5", "sim-aa-5"),
+    "sim-aa-5-rates": lambda: table_aa_rates("sim-aa-5"),
+    "sim-tail-5": lambda: table_sim("sim-tail-5", "instance noise sized from real-5"),
 }
 
 
