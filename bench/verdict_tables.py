@@ -258,6 +258,94 @@ def prior_blocks(campaign: str = "real-1") -> int:
     return max(block_spread(aa, m)[1] for m in GATED_PRIOR)
 
 
+def loo(raw: Path, campaign: str) -> int:
+    """Leave-one-out check of a campaign's prior on its own few-block designs.
+
+    Every trial's blocks WARM_FROM.. are re-judged two at a time (windows 1-2 and 2-3: the
+    2-block canary an operator on one GPU runs) with INSTANCE_SPREAD set from the campaign's
+    A/A trials **other than** the one judged (a flag trial: from all of them), so no A/A
+    trial is judged against a spread its own blocks helped make. Writes
+    bench/results/prior-loo/CAMPAIGN.json, which the `prior-loo-*` tables read.
+    """
+    from workload.analyze import prior as prior_mod  # deferred: --loo only
+    from workload.analyze.verdict import compare_runs
+
+    summaries = {t["trial"]: t for t in load(campaign)}
+    aa = [t for t in summaries.values() if t["kind"] == "aa"]
+    saved = dict(prior_mod.INSTANCE_SPREAD), prior_mod.PRIOR_DF
+    out = []
+    try:
+        for tdir in sorted(raw.glob("trial-*")):
+            cdir = tdir / "canary"
+            meta_p = tdir / "trial.json"
+            if not meta_p.is_file() or not (cdir / "comparison.json").is_file():
+                continue
+            meta = json.loads(meta_p.read_text())
+            others = [t for t in aa if t["trial"] != meta["trial"]]
+            spread = {}
+            for m in GATED_PRIOR:
+                sd, _ = block_spread(others, m)
+                if sd is not None:
+                    spread[m] = sd
+            prior_mod.INSTANCE_SPREAD.clear()
+            prior_mod.INSTANCE_SPREAD.update(spread)
+            prior_mod.PRIOR_DF = max(block_spread(others, m)[1] for m in GATED_PRIOR) - 1
+            a, b = cdir / "baseline", cdir / "candidate"
+            n_blocks = len([p for p in a.glob("block-*") if p.is_dir()])
+            for start in range(WARM_FROM, n_blocks - 1):
+                with tempfile.TemporaryDirectory() as t:
+                    tmp, keep = Path(t), slice(start, start + 2)
+                    cmp = compare_runs(
+                        _some_blocks(a, keep, tmp / "a"), _some_blocks(b, keep, tmp / "b")
+                    )
+                j = _judged(cmp)
+                out.append(
+                    {
+                        "trial": meta["trial"],
+                        "kind": meta["kind"],
+                        "blocks": [start, start + 1],
+                        "verdict": j["verdict"],
+                        "exit": j["exit"],
+                        "decided_by": j["decided_by"],
+                        "worse": j["worse"],
+                        "prior_trials": len(others),
+                    }
+                )
+    finally:
+        prior_mod.INSTANCE_SPREAD.clear()
+        prior_mod.INSTANCE_SPREAD.update(saved[0])
+        prior_mod.PRIOR_DF = saved[1]
+    dest = RESULTS / "prior-loo"
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / f"{campaign}.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    print(f"{len(out)} two-block judgements -> {(dest / campaign).relative_to(REPO)}.json")
+    return 0
+
+
+def table_loo(campaign: str = "real-5") -> str:
+    """Rates of the leave-one-out 2-block judgements, per kind and per window."""
+    rows = json.loads((RESULTS / "prior-loo" / f"{campaign}.json").read_text())
+    lines = [
+        "| candidate | blocks | judgements | worse or mixed | passed (exit 0) | inconclusive |",
+        "|---|---|---|---|---|---|",
+    ]
+    kinds: list[str] = []
+    for r in rows:
+        if r["kind"] not in kinds:
+            kinds.append(r["kind"])
+    for k in kinds:
+        for w in sorted({tuple(r["blocks"]) for r in rows}):
+            js = [r for r in rows if r["kind"] == k and tuple(r["blocks"]) == w]
+            n = len(js)
+            bad = sum(r["verdict"] in FAILS for r in js)
+            ok = sum(r["exit"] == 0 for r in js)
+            inc = sum(r["verdict"] == "inconclusive" for r in js)
+            lines.append(
+                f"| `{k}` | {w[0]}-{w[1]} | {n} | {_rate(bad, n)} | {_rate(ok, n)} | {_rate(inc, n)} |"
+            )
+    return "\n".join(lines)
+
+
 def write_prior(campaign: str = "real-1") -> None:
     """Rewrite INSTANCE_SPREAD, PRIOR_DF and PRIOR_SOURCE in workload/analyze/prior.py."""
     path = REPO / "workload" / "analyze" / "prior.py"
@@ -467,11 +555,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="exit 1 when the page is out of date")
     p.add_argument("--prior", action="store_true", help="print INSTANCE_SPREAD")
     p.add_argument(
+        "--loo", type=Path, help="a campaign's raw trials: leave-one-out 2-block check of its prior"
+    )
+    p.add_argument(
         "--write-prior", action="store_true", help="write INSTANCE_SPREAD into analyze/prior.py"
     )
     args = p.parse_args(argv)
     if args.collect:
         return collect(args.collect, args.campaign)
+    if args.loo:
+        return loo(args.loo, args.campaign)
     if args.prior:
         print(json.dumps(prior(args.campaign), indent=1, sort_keys=True))
         print(f"A/A blocks: {prior_blocks(args.campaign)}")

@@ -26,6 +26,7 @@ from workload.sim.calibrate import (
     fit,
     load_preset_file,
     parse_host,
+    r_squared,
     stream_once,
     sweep_decode,
 )
@@ -191,6 +192,15 @@ def test_calibrating_a_simulator_recovers_its_own_cost_model_and_limits():
     assert got["attn_ms_per_mpair"] * 2048 * 2049 / 2 / 1e6 < TOLERANCE * longest
     assert got["max_num_seqs"] == 64 and got["max_num_batched_tokens"] == 4096
     assert got["num_gpu_blocks"] == 2048 and got["enable_prefix_caching"] is False
+    # the simulator steps exactly as the model says: it explains nearly all the variance
+    assert doc["source"]["r2"] > 0.98, doc["source"]
+
+
+def test_r_squared_is_the_share_of_variance_explained():
+    assert r_squared([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]) == 1.0
+    # residuals as large as the deviations from the mean: nothing explained
+    assert r_squared([1.0, 2.0, 3.0], [-1.0, 0.0, 1.0]) == pytest.approx(0.0)
+    assert r_squared([2.0, 2.0], [0.1, -0.1]) == 0.0  # no variance to explain
 
 
 @pytest.mark.slow

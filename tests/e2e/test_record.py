@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import statistics
 import threading
 from pathlib import Path
 
@@ -69,11 +70,15 @@ def check_tool_latency(errors: list[float]) -> None:
     (load average ~19 when this was written): a process waiting for a core adds its wait to
     one side of one pair, never takes from it, so the errors are a floor (the measurement's
     own error, which the 5 ms bound is about) plus scheduling delays. The floor is checked
-    here; bench/bench_record.py prints the distribution (docs/record.md has the figures)."""
+    here; bench/bench_record.py prints the distribution (docs/record.md has the figures).
+
+    The median guards against a wait stamped from the wrong answer, which would put every
+    pair off by at least a round (a tool sleep, 0.15 s, plus an LLM call); one pair may be
+    late by a scheduling delay (0.27 s seen beside a busy real vLLM), so not the largest."""
     errors = sorted(errors)
     assert errors[0] >= -0.002, errors  # the proxy never sees the result before it was sent
     assert errors[0] <= WIRE_TOLERANCE_S, errors
-    assert errors[-1] <= 0.2, errors
+    assert statistics.median(errors) < min(SLEEP_S.values()), errors
 
 
 def test_an_sdk_agent_is_recorded_fitted_and_replayed(tmp_path: Path) -> None:

@@ -63,6 +63,7 @@ def test_canary_starts_two_real_vllm_servers_in_turn(tmp_path: Path) -> None:
         "canary", "--servers", str(servers), "--mode", "sequential", "--blocks", "1",
         "--profile", CHAT, "--users", "2", "--duration", "20s", "--sessions-per-user", "1",
         "--tokenizer", "server", "--seed", "3", "--out", str(out), "--no-html",
+        "--warmup", "2s",  # each fresh server is warmed; 2 s, not 10, keeps the suite's time
         timeout=1800,
     )  # fmt: skip
     explain = f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -83,6 +84,9 @@ def test_canary_starts_two_real_vllm_servers_in_turn(tmp_path: Path) -> None:
         assert (out / side / "requests.jsonl").read_text().strip()
     assert _ts(su["baseline"]["stopped_at"]) <= _ts(su["candidate"]["started_at"])
     cmp = json.loads((out / "comparison.json").read_text())
+    # each server's start was followed by unjudged traffic before its block
+    warmed = sorted(w["side"] for w in cmp["canary"]["warmups"])
+    assert warmed == ["baseline", "candidate"], cmp["canary"]["warmups"]
     diff = {d["field"]: d for d in cmp["fingerprint_diff"]}
     assert "--max-num-seqs 4" in diff["startup.cmd_template"]["b"]
     assert {"time_to_ready", "startup_rss"} <= {m["metric"] for m in cmp["metrics"]}

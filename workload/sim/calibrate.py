@@ -470,10 +470,18 @@ def calibrate(url: str, seed: int = 0, given: Sequence[str] = ()) -> dict:
             "burst": {"requests": BURST, "prompt_tokens": burst_tokens, "ttft_ms_mean": burst_ms},
             "measured_ms_p50": round(float(np.median([s.ms for s in samples])), 3),
             "residual_ms_p50_abs": round(float(np.median(np.abs(residual))), 3),
+            "r2": round(r_squared([s.ms for s in samples], residual), 4),
             "spec_decode": dict(spec_source, decode_sample_drafts=drafts),
         },
         "settings": settings,
     }
+
+
+def r_squared(measured: Sequence[float], residual: Sequence[float]) -> float:
+    """The share of the measured steps' variance the fitted model explains (1 - SSres/SStot)."""
+    y = np.asarray(measured, dtype=float)
+    total = float(np.sum((y - y.mean()) ** 2))
+    return 1.0 - float(np.sum(np.square(residual))) / total if total > 0 else 0.0
 
 
 def predict(coef: dict[str, float], s: Sample) -> float:
