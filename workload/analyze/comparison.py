@@ -73,6 +73,9 @@ class Comparison:
     # where the gated thresholds were validated (the profile's compare.validated_by), or None:
     # the headline then says they were not
     validated_by: str | None = None
+    # the measured instance spread the few-block rows were judged against (prior.py): its
+    # name and source, or None where no row was
+    instance_prior: dict[str, str] | None = None
 
     @property
     def weighted_alpha(self) -> bool:
@@ -102,6 +105,7 @@ class Comparison:
             "exit_code": self.exit_code,
             "decided_by": self.decided_by,
             "thresholds_validated_by": self.validated_by,
+            "instance_prior": self.instance_prior,
             "method": {
                 "confidence": self.confidence,
                 "n_boot": self.n_boot,

@@ -81,7 +81,7 @@ from workload.analyze.judge import (
     overall_verdict,
     settle,
 )
-from workload.analyze.prior import PRIOR_SOURCE, prior_rows
+from workload.analyze.prior import DEFAULT_PRIOR, PRIORS, Prior, prior_rows
 from workload.analyze.rundata import RunData, load_pair, load_run
 from workload.analyze.serverinfo import class_histogram, error_kinds, server_summary
 from workload.analyze.slices import gates_in_slice, slice_filters, spec_lines, where_lines
@@ -133,13 +133,14 @@ def compare_runs(
     n_boot: int = 1000,
     seed: int = 0,
     steps: bool = True,
-    instance_prior: bool = True,
+    instance_prior: str | Prior | None = DEFAULT_PRIOR,
 ) -> Comparison:
     """Compare baseline A with candidate B; see the module docstring for the method.
 
     `confidence` defaults to 1 - the profile's `compare.alpha`, else 0.95. `instance_prior`:
-    with 2-3 blocks, judge against the measured instance spread (prior.py); the canary's
-    interim looks (early stop, at 3 blocks of a longer design) turn it off.
+    with 2-3 blocks, judge against this measured instance spread (a name in prior.PRIORS, or
+    a Prior); None turns it off, as the canary's interim looks (early stop, at 3 blocks of a
+    longer design) do.
     """
     if n_boot < 100:
         raise CompareError(f"n_boot must be at least 100, got {n_boot}")
@@ -166,14 +167,13 @@ def compare_runs(
     for (name, sc, names), w in zip(jobs, drawn, strict=True):
         metrics += scope_metrics(name, sc, names, rng, n_boot, dur, w)
     n_blocks = apply_block_intervals(metrics, a, b, pair, scopes, paired, rng)
-    if instance_prior and paired and 2 <= n_blocks < MIN_BLOCKS:
-        prior_rows(metrics, n_blocks)  # the measured instance spread stands in (prior.py)
+    used = _apply_prior(metrics, instance_prior, n_blocks) if paired else None
     _choose_gates(metrics, th, explicit_gates(thresholds), n_blocks)
     _drop_impossible(metrics, pair, scopes)
     warnings += _drop_one_sided(metrics)
     tails = _judge_all(metrics, 1.0 - confidence)
     gated = [m for m in metrics if m.gated]
-    warnings += _judged_warnings(gated)
+    warnings += _judged_warnings(gated, used)
     verdict = overall_verdict(gated)
     divergence = None
     if replays:
@@ -199,7 +199,24 @@ def compare_runs(
          "b": tool_loop_examples(b.req_cols.loop_rows())},
         divergence, settle(metrics, a, n_blocks), tails,
         decided_by(gated, verdict, n_blocks), thresholds_validated(a.run, b.run),
+        {"name": used.name, "source": used.source} if used else None,
     )  # fmt: skip
+
+
+def _apply_prior(
+    metrics: list[MetricDiff], instance_prior: str | Prior | None, n_blocks: int
+) -> Prior | None:
+    """With 2-3 paired blocks, judge rows against the measured instance spread (prior.py);
+    the prior used, or None where no row was judged on one."""
+    if isinstance(instance_prior, str):
+        if instance_prior not in PRIORS:
+            raise CompareError(
+                f"unknown instance spread {instance_prior!r}; use one of {', '.join(PRIORS)}"
+            )
+        instance_prior = PRIORS[instance_prior]
+    if instance_prior is None or not 2 <= n_blocks < MIN_BLOCKS:
+        return None
+    return instance_prior if prior_rows(metrics, n_blocks, instance_prior) else None
 
 
 def _load(run_a: Path | str | RunData, run_b: Path | str | RunData) -> tuple[RunData, RunData]:
@@ -376,7 +393,7 @@ def _judge_all(metrics: list[MetricDiff], alpha: float) -> GateTails:
     return tails
 
 
-def _judged_warnings(gated: list[MetricDiff]) -> list[str]:
+def _judged_warnings(gated: list[MetricDiff], prior: Prior | None) -> list[str]:
     """Gated rows judged only one way (too few to rule out their threshold), or not at all."""
     out: list[str] = []
     weak = [(m, u) for m in gated if (u := m.underpowered) is not None and m.method != "prior"]
@@ -386,7 +403,8 @@ def _judged_warnings(gated: list[MetricDiff]) -> list[str]:
         out.append(
             f"{leaning[0][0].blocks} block{'s' if leaning[0][0].blocks > 1 else ''} per side "
             "cannot estimate how far two instances differ, so these are judged against the "
-            f"measured instance spread ({PRIOR_SOURCE}) and only for getting worse: "
+            f"measured instance spread ({prior.name if prior else '?'}: "
+            f"{prior.source if prior else '?'}) and only for getting worse: "
             + ", ".join(
                 f"{m.metric} (rules out only {100 * u:+.0f} {unit[m.change_kind == 'relative']})"
                 for m, u in leaning

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workload.analyze.options import add_verdict_options
+from workload.analyze.options import add_verdict_options, instance_prior
 from workload.analyze.render import input_warnings, render_text
 from workload.analyze.startup import add_startup, split_startup_flags
 from workload.analyze.thresholds import parse_threshold_flags
@@ -32,8 +32,9 @@ def main_compare(argv: list[str]) -> int:
     args = compare_argparser().parse_args(argv)
     flags, startup_flags = split_startup_flags(parse_threshold_flags(args.threshold))
     cmp = compare_runs(
-        args.run_a, args.run_b, flags, confidence=args.confidence, n_boot=args.n_boot
-    )
+        args.run_a, args.run_b, flags, confidence=args.confidence, n_boot=args.n_boot,
+        instance_prior=instance_prior(args),
+    )  # fmt: skip
     add_startup(cmp, startup_flags)  # canary-started servers: time to ready, memory
     print(render_text(cmp))
     for w in input_warnings(cmp):  # damaged input

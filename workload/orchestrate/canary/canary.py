@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from workload.analyze.comparison import Comparison
+from workload.analyze.prior import DEFAULT_PRIOR
 from workload.analyze.render import input_warnings, render_text
 from workload.analyze.startup import add_startup, split_startup_flags
 from workload.analyze.traffic import VALIDATED_BLOCKS
@@ -337,6 +338,7 @@ def run_canary(
     probe: Probe = probe_ready,
     early_stop: bool = False,
     warmup_s: float = 0.0,
+    instance_prior: str | None = DEFAULT_PRIOR,
 ) -> int:
     """Run both sides, compare, write comparison.json / compare.html, print the verdict.
 
@@ -420,6 +422,7 @@ def run_canary(
                 thresholds,
                 confidence=looks.final_confidence() if looks else confidence,
                 n_boot=n_boot,
+                instance_prior=instance_prior,
             )
     except StartupFailure as e:
         assert pool is not None

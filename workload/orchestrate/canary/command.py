@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from workload.analyze.options import add_verdict_options
+from workload.analyze.options import add_verdict_options, instance_prior
 from workload.analyze.thresholds import parse_threshold_flags
 from workload.errors import ArgParser, CanaryError, UsageError
 from workload.measure.artifacts import new_run_id
@@ -113,6 +113,7 @@ def main_canary(argv: list[str]) -> int:
         blocks=args.blocks, confidence=args.confidence, n_boot=args.n_boot, html=not args.no_html,
         servers=servers or None, restart_per_block=args.restart_per_block,
         early_stop=args.early_stop, warmup_s=parse_warmup(args.warmup, bool(servers)),
+        instance_prior=instance_prior(args),
     )  # fmt: skip
 
 

@@ -78,7 +78,7 @@ class EarlyStop:
             self.thresholds,
             confidence=1.0 - alpha,
             n_boot=self.n_boot,
-            instance_prior=False,  # a look at 3 blocks of a longer design: no prior (prior.py)
+            instance_prior=None,  # a look at 3 blocks of a longer design: no prior (prior.py)
         )
         self.looks.append({"blocks": n, "alpha": round(alpha, 6), "verdict": cmp.verdict})
         # A regression found stops at any look. A pass (or "better") only once the tails and
