@@ -18,8 +18,8 @@ Substitutions (`rewrite`), mechanical and the same for every command:
   `--blocks` at most 2 (2 added to `canary` when absent; 4 with `--early-stop`);
 - `--host`, `--baseline`, `--candidate` and `$TARGET` -> one shared simulator
   (`fast` preset); `--baseline-cmd`/`--candidate-cmd` (a server command, e.g. vLLM) ->
-  the embedded simulator started on the canary's `{port}`, warmed for 1 s (`--warmup 1s`
-  unless given); `capacity` -> `--min 1 --max 2 --step-duration 8s --warmup 2s`; `agentload run` without `--host` keeps its embedded simulator
+  the embedded simulator started on the canary's `{port}`, not warmed (`--warmup 0` unless
+  given: a warm-up is one more Locust run per side; tests/test_canary_warmup.py runs them); `capacity` -> `--min 1 --max 2 --step-duration 8s --warmup 2s`; `agentload run` without `--host` keeps its embedded simulator
   with `--sim-preset fast`;
 - GitHub expressions `${{ ... }}` -> `ci-value`; a `...` argument stands for the
   arguments of the command above it with the same subcommand (as the docs mean);
@@ -261,7 +261,7 @@ def rewrite(cmd: str, sim_url: str) -> list[str]:
         if sub == "canary":
             out[out.index("--duration") + 1] = CANARY_SHORT
         if sub == "canary" and "--warmup" not in out and "--baseline-cmd" in out:
-            out += ["--warmup", "1s"]  # a started server's default warm-up is 10 s
+            out += ["--warmup", "0"]  # a started server's default warm-up is 10 s
         if sub == "canary" and "--blocks" not in out:
             # the default 5 blocks, shortened like --blocks N (--early-stop needs 4 to look)
             out += ["--blocks", "4" if "--early-stop" in out else "2"]

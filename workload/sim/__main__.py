@@ -120,13 +120,15 @@ async def _serve(cfg, host: str, port: int, seed: int) -> int:
             f"cannot listen on {host}:{port}: {e.strerror}; choose another --port (0: any free one)"
         ) from None
     _log_startup(cfg)
-    shown = f"[{host}]" if ":" in host else host
-    print(f"agentload-sim listening on http://{shown}:{bound}", flush=True)
+    # the handlers before the ready line: a supervisor that stops the simulator as soon as it
+    # is ready gets a clean stop (exit 0), not a death by the signal's default action
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"agentload-sim listening on http://{shown}:{bound}", flush=True)
     await stop.wait()
     await server.close()
     return 0
