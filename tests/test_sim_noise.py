@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 
 import pytest
@@ -76,3 +77,61 @@ def test_noise_stays_off_by_default_and_in_a_zero_cost_step():
     off = InstanceNoise(build_config("default"), 3)
     assert [off.apply(t * 0.1, 7.0) for t in range(20)] == [7.0] * 20
     assert noise(3).apply(1.0, 0.0) == 0.0
+
+
+def api_only(seed: int, rate: float = 2.0, ms: float = 60.0) -> InstanceNoise:
+    """Noise with API-server freezes and nothing else."""
+    return noise(seed, noise_api_stall_rate_hz=rate, noise_api_stall_ms=ms,
+                 noise_stall_rate_hz=0.0, noise_step_sigma=0.0, noise_drift_sigma=0.0,
+                 noise_instance_sigma=0.0)  # fmt: skip
+
+
+def test_an_api_freeze_delays_a_new_request_to_its_end_and_nothing_else():
+    n = api_only(1)
+    n._api_freeze = (3.0, 0.2)
+    assert n.api_delay(3.05) == pytest.approx(0.15)  # arrives inside: waits out the rest
+    assert n.api_stalls == 1
+    assert n.apply(3.05, 10.0) == 10.0  # the engine's steps are not the API server's
+    n._api_freeze = (5.0, 0.2)
+    assert n.api_delay(4.9) == 0.0  # before it
+
+
+def test_api_freezes_hold_new_requests_their_share_of_the_time():
+    # arrivals at random moments wait with probability rate*mean/(1 + rate*mean), and the
+    # wait they meet is the rest of an exponential spell: mean `ms` again (memoryless)
+    rate, ms = 2.0, 60.0
+    waits = []
+    for seed in range(40):
+        n, t = api_only(seed, rate, ms), 0.0
+        rng = random.Random(seed)
+        for _ in range(500):
+            t += rng.expovariate(5.0)  # 5 arrivals a second
+            waits.append(n.api_delay(t))
+    hit = [w for w in waits if w > 0]
+    busy = rate * ms / 1000.0
+    assert len(hit) / len(waits) == pytest.approx(busy / (1 + busy), abs=0.02)
+    assert statistics.fmean(hit) * 1000.0 == pytest.approx(ms, rel=0.1)
+
+
+def test_api_freezes_are_off_with_noise_and_leave_the_engine_draws_as_they_were():
+    off = InstanceNoise(build_config("default", ["noise_api_stall_rate_hz=2"]), 3)
+    assert [off.api_delay(t * 0.1) for t in range(50)] == [0.0] * 50
+    with_api, without = noise(9), noise(9, noise_api_stall_rate_hz=0.0)
+    for t in range(200):
+        with_api.api_delay(t * 0.05)
+    assert [with_api.apply(t * 0.05, 5.0) for t in range(200)] == [
+        without.apply(t * 0.05, 5.0) for t in range(200)
+    ]
+
+
+def test_a_request_meets_the_api_freeze_before_the_scheduler_sees_it():
+    from workload.sim.engine import Engine, EngineRequest
+
+    cfg = build_config("fast", ["instance_noise=true", "noise_api_stall_rate_hz=2",
+                                "noise_api_stall_ms=60"])  # fmt: skip
+    eng = Engine(cfg, instance_seed=4)
+    eng.noise._api_freeze = (1.0, 0.25)
+    req = EngineRequest(request_id="r", prompt=list(range(16)), output_len=4, seed=1)
+    eng.add_request(req, 1.1)
+    assert req.queued_time == pytest.approx(1.25)  # the freeze's end, not its arrival
+    assert eng.next_ready() == pytest.approx(1.25)

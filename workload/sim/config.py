@@ -97,11 +97,16 @@ class SimConfig:
     instance_noise: bool = False
     instance_seed: int = 0  # which instance this is; the traffic seed is separate
     noise_instance_sigma: float = 0.03  # log-sd of the per-instance speed factor (mean 1)
-    noise_drift_sigma: float = 0.05  # log-sd of the slow speed drift (host load that moves)
+    noise_drift_sigma: float = 0.06  # log-sd of the slow speed drift (host load that moves)
     noise_drift_tau_s: float = 15.0  # correlation time of the drift
     noise_step_sigma: float = 0.01  # log-sd of per-step jitter (mean 1)
     noise_stall_rate_hz: float = 0.1  # freezes per second of engine time, busy or idle
     noise_stall_ms: float = 150.0  # mean freeze length (exponential)
+    # the API server's own freezes (a process of its own in vLLM): new requests wait them out.
+    # Sized (bench_sim_noise.py --real real-5) to real-5's TTFT p95 spread, which the engine's
+    # noise alone left at 0.2-0.5x: 12 % of the time frozen, in 60 ms spells.
+    noise_api_stall_rate_hz: float = 2.0
+    noise_api_stall_ms: float = 60.0
     # fault injection: kind -> rate; stall and drip parameters
     faults: dict[str, float] = field(default_factory=dict)
     fault_stall_s: float = 30.0
@@ -191,6 +196,8 @@ class SimConfig:
             "noise_step_sigma",
             "noise_stall_rate_hz",
             "noise_stall_ms",
+            "noise_api_stall_rate_hz",
+            "noise_api_stall_ms",
         ):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0")

@@ -141,6 +141,8 @@ class NoiseConfig(Protocol):
     noise_step_sigma: float
     noise_stall_rate_hz: float
     noise_stall_ms: float
+    noise_api_stall_rate_hz: float
+    noise_api_stall_ms: float
 
 
 class InstanceNoise:
@@ -178,6 +180,39 @@ class InstanceNoise:
         self._freeze = (math.inf, 0.0)
         if self.on and self.stall_rate > 0.0 and self.stall_s > 0.0:
             self._freeze = (rng.expovariate(self.stall_rate), rng.expovariate(1.0 / self.stall_s))
+        # the API server's own freezes (its own RNG: the engine's draws stay as they were)
+        self.api_rng = random.Random(seed * 2_654_435_761 + 0xA91)
+        self.api_rate = max(0.0, cfg.noise_api_stall_rate_hz) if self.on else 0.0
+        self.api_stall_s = max(0.0, cfg.noise_api_stall_ms) / 1000.0
+        self.api_stalls = 0
+        self._api_freeze = (math.inf, 0.0)
+        if self.api_rate > 0.0 and self.api_stall_s > 0.0:
+            self._api_freeze = self._api_draw(0.0)
+
+    def _api_draw(self, at: float) -> tuple[float, float]:
+        """The API server's freeze schedule from `at` on: the one `at` falls in (with the
+        stationary probability rate*mean/(1 + rate*mean), its rest exponential again), else
+        the next one (memoryless, so an idle spell of any length costs one draw)."""
+        rng, mean = self.api_rng, self.api_stall_s
+        busy = self.api_rate * mean
+        if at > 0.0 and rng.random() < busy / (1.0 + busy):
+            return (at, rng.expovariate(1.0 / mean))
+        return (at + rng.expovariate(self.api_rate), rng.expovariate(1.0 / mean))
+
+    def api_delay(self, now: float) -> float:
+        """Seconds a request that reaches the API server at `now` waits for it to be scheduled
+        again: vLLM's API server (HTTP, chat template, tokenizing, streaming) is a process of
+        its own, descheduled apart from the engine on a busy host, which only new requests
+        (their TTFT) feel. 0 outside a freeze and with noise off."""
+        start, length = self._api_freeze
+        if start == math.inf:
+            return 0.0
+        if start + length <= now:
+            start, length = self._api_freeze = self._api_draw(now)
+        if start <= now:
+            self.api_stalls += 1
+            return start + length - now
+        return 0.0
 
     def _draw_freeze(self, after: float) -> None:
         rng = self.rng

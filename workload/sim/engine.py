@@ -204,12 +204,13 @@ class Engine:
         self.stats.prompt_tokens += req.prompt_len
         api_s = cfg.api_ms_per_request * cfg.ttft_scale / 1000.0
         wait_s = cfg.api_latency_ms * cfg.ttft_scale / 1000.0
-        if api_s <= 0.0 and wait_s <= 0.0:
+        frozen = self.noise.api_delay(now)  # the API server descheduled (instance noise)
+        if api_s <= 0.0 and wait_s <= 0.0 and frozen <= 0.0:
             req.queued_time = now
             self._push_waiting(req, front=False)
             return
         # the serial part holds the API server; the latency part overlaps other requests
-        self._api_free = max(now, self._api_free) + api_s
+        self._api_free = max(now + frozen, self._api_free) + api_s
         req.queued_time = self._api_free + wait_s
         req.status = INGRESS
         self._num_ingress += 1
