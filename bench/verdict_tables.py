@@ -553,6 +553,10 @@ TABLES = {
     "real-5-spread": lambda: table_spread("real-5", "sim-aa-5"),
     "sim-aa-5-rates": lambda: table_aa_rates("sim-aa-5"),
     "sim-tail-5": lambda: table_sim("sim-tail-5", "instance noise sized from real-5"),
+    # instance noise with the API server's freezes and drift 0.06 (2026-12-06, later)
+    "sim-aa-6-spread": lambda: table_spread("real-5", "sim-aa-6"),
+    "sim-aa-6-rates": lambda: table_aa_rates("sim-aa-6"),
+    "sim-tail-6": lambda: table_sim("sim-tail-6", "instance noise with API-server freezes"),
     # the quiet prior (real-5) checked leave-one-out on real-5's own 2-block windows
     "prior-loo-real-5": lambda: table_loo("real-5"),
     "prior-loo-real-5-rates": lambda: table_loo_rates("real-5"),
