@@ -260,7 +260,7 @@ def prior_blocks(campaign: str = "real-1") -> int:
     return max(block_spread(aa, m)[1] for m in GATED_PRIOR)
 
 
-def loo(raw: Path, campaign: str) -> int:
+def loo(raw: Path, campaign: str, prior_from: str | None = None) -> int:
     """Leave-one-out check of a campaign's prior on its own few-block designs.
 
     Every trial's blocks WARM_FROM.. are re-judged two at a time (windows 1-2 and 2-3: the
@@ -268,11 +268,13 @@ def loo(raw: Path, campaign: str) -> int:
     A/A trials **other than** the one judged (a flag trial: from all of them), so no A/A
     trial is judged against a spread its own blocks helped make. Writes
     bench/results/prior-loo/CAMPAIGN.json, which the `prior-loo-*` tables read.
+    `prior_from`: take the A/A trials from that campaign instead (one without A/A of its
+    own: every trial is then judged against a prior it had no part in).
     """
     from workload.analyze.prior import Prior  # deferred: --loo only
     from workload.analyze.verdict import compare_runs
 
-    aa = [t for t in load(campaign) if t["kind"] == "aa"]
+    aa = [t for t in load(prior_from or campaign) if t["kind"] == "aa"]
     out = []
     for tdir in sorted(raw.glob("trial-*")):
         cdir = tdir / "canary"
@@ -280,14 +282,16 @@ def loo(raw: Path, campaign: str) -> int:
         if not meta_p.is_file() or not (cdir / "comparison.json").is_file():
             continue
         meta = json.loads(meta_p.read_text())
-        others = [t for t in aa if t["trial"] != meta["trial"]]
+        others = [t for t in aa if prior_from or t["trial"] != meta["trial"]]
         spread = {}
         for m in GATED_PRIOR:
             sd, _ = block_spread(others, m)
             if sd is not None:
                 spread[m] = sd
         df = max(block_spread(others, m)[1] for m in GATED_PRIOR) - 1
-        held_out = Prior("leave-one-out", spread, df, f"{campaign} without trial {meta['trial']}")
+        held_out = Prior(
+            "leave-one-out", spread, df, prior_from or f"{campaign} without trial {meta['trial']}"
+        )
         a, b = cdir / "baseline", cdir / "candidate"
         n_blocks = len([p for p in a.glob("block-*") if p.is_dir()])
         for start in range(WARM_FROM, n_blocks - 1):
@@ -557,6 +561,12 @@ TABLES = {
     "sim-aa-6-spread": lambda: table_spread("real-5", "sim-aa-6"),
     "sim-aa-6-rates": lambda: table_aa_rates("sim-aa-6"),
     "sim-tail-6": lambda: table_sim("sim-tail-6", "instance noise with API-server freezes"),
+    # flag differences real-5 lacked, the same design (2026-12-06, later)
+    "real-6-kinds": lambda: table_real("real-6"),
+    "real-6-rates": lambda: "\n".join(
+        ln for ln in table_real_rates("real-6").splitlines() if "A/A" not in ln
+    ),
+    "prior-loo-real-6": lambda: table_loo("real-6"),
     # the quiet prior (real-5) checked leave-one-out on real-5's own 2-block windows
     "prior-loo-real-5": lambda: table_loo("real-5"),
     "prior-loo-real-5-rates": lambda: table_loo_rates("real-5"),
@@ -591,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--loo", type=Path, help="a campaign's raw trials: leave-one-out 2-block check of its prior"
     )
+    p.add_argument("--prior-from", help="--loo: the A/A trials of this campaign make the prior")
     p.add_argument(
         "--write-prior",
         action="store_true",
@@ -600,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.collect:
         return collect(args.collect, args.campaign)
     if args.loo:
-        return loo(args.loo, args.campaign)
+        return loo(args.loo, args.campaign, args.prior_from)
     if args.prior:
         print(json.dumps(prior(args.campaign), indent=1, sort_keys=True))
         print(f"A/A blocks: {prior_blocks(args.campaign)}")
