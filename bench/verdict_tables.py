@@ -136,18 +136,22 @@ def _some_blocks(side: Path, keep: slice, tmp: Path) -> Path:
     return out
 
 
+def _raw_trials(raw: Path):  # noqa: ANN202 - an iterator of (trial dir, trial.json)
+    """A campaign's finished trials: (its directory, its trial.json), in order."""
+    for tdir in sorted(raw.glob("trial-*")):
+        meta_p = tdir / "trial.json"
+        if meta_p.is_file() and (tdir / "canary" / "comparison.json").is_file():
+            yield tdir, json.loads(meta_p.read_text())
+
+
 def collect(raw: Path, campaign: str) -> int:
     from workload.analyze.verdict import compare_runs  # deferred: --collect only
 
     dest = RESULTS / campaign
     dest.mkdir(parents=True, exist_ok=True)
     n = 0
-    for tdir in sorted(raw.glob("trial-*")):
-        meta_p = tdir / "trial.json"
+    for tdir, meta in _raw_trials(raw):
         cdir = tdir / "canary"
-        if not meta_p.is_file() or not (cdir / "comparison.json").is_file():
-            continue
-        meta = json.loads(meta_p.read_text())
         ran = json.loads((cdir / "comparison.json").read_text())
         a, b = cdir / "baseline", cdir / "candidate"
         blocks = sorted(p.name for p in a.glob("block-*") if p.is_dir())
@@ -243,21 +247,27 @@ def spread_parts(trials: list[dict], metric: str) -> tuple[float, float, int] | 
     return math.sqrt(off), math.sqrt(within), len(per)
 
 
-def prior(campaign: str = "real-1") -> dict[str, float]:
-    """A prior's spread: each gated metric's A/A per-block spread (rms about 0, warm blocks)."""
-    aa = [t for t in load(campaign) if t["kind"] == "aa"]
-    out = {}
+def spread_of(aa: list[dict]) -> tuple[dict[str, float], int]:
+    """A prior from A/A trials: each gated metric's per-block spread (rms about 0, warm
+    blocks), and the A/A blocks behind it (the most any metric has)."""
+    spread, blocks = {}, 0
     for m in GATED_PRIOR:
-        sd, _ = block_spread(aa, m)
+        sd, n = block_spread(aa, m)
+        blocks = max(blocks, n)
         if sd is not None:
-            out[m] = round(sd, 3)
-    return out
+            spread[m] = sd
+    return spread, blocks
+
+
+def prior(campaign: str = "real-1") -> dict[str, float]:
+    """A campaign's prior spread, as analyze/prior.py holds it (3 decimals)."""
+    spread, _ = spread_of([t for t in load(campaign) if t["kind"] == "aa"])
+    return {m: round(sd, 3) for m, sd in spread.items()}
 
 
 def prior_blocks(campaign: str = "real-1") -> int:
-    """A/A blocks behind the prior (the most any metric has)."""
-    aa = [t for t in load(campaign) if t["kind"] == "aa"]
-    return max(block_spread(aa, m)[1] for m in GATED_PRIOR)
+    """A/A blocks behind a campaign's prior."""
+    return spread_of([t for t in load(campaign) if t["kind"] == "aa"])[1]
 
 
 def loo(raw: Path, campaign: str, prior_from: str | None = None) -> int:
@@ -276,21 +286,15 @@ def loo(raw: Path, campaign: str, prior_from: str | None = None) -> int:
 
     aa = [t for t in load(prior_from or campaign) if t["kind"] == "aa"]
     out = []
-    for tdir in sorted(raw.glob("trial-*")):
+    for tdir, meta in _raw_trials(raw):
         cdir = tdir / "canary"
-        meta_p = tdir / "trial.json"
-        if not meta_p.is_file() or not (cdir / "comparison.json").is_file():
-            continue
-        meta = json.loads(meta_p.read_text())
         others = [t for t in aa if prior_from or t["trial"] != meta["trial"]]
-        spread = {}
-        for m in GATED_PRIOR:
-            sd, _ = block_spread(others, m)
-            if sd is not None:
-                spread[m] = sd
-        df = max(block_spread(others, m)[1] for m in GATED_PRIOR) - 1
+        spread, n = spread_of(others)
         held_out = Prior(
-            "leave-one-out", spread, df, prior_from or f"{campaign} without trial {meta['trial']}"
+            "leave-one-out",
+            spread,
+            n - 1,
+            prior_from or f"{campaign} without trial {meta['trial']}",
         )
         a, b = cdir / "baseline", cdir / "candidate"
         n_blocks = len([p for p in a.glob("block-*") if p.is_dir()])
