@@ -145,6 +145,21 @@ class NoiseConfig(Protocol):
     noise_api_stall_ms: float
 
 
+def next_freeze(
+    rng: random.Random, rate: float, mean_s: float, at: float, idle: bool = True
+) -> tuple[float, float]:
+    """A freeze schedule from `at` on, as (start, length): Poisson freezes at `rate` per
+    second, each exponential with mean `mean_s`. After an idle spell (`idle`) nothing
+    recorded the freezes that passed, so `at` falls inside one with the stationary
+    probability rate*mean/(1 + rate*mean), its rest again exponential (memoryless: an idle
+    spell of any length costs one draw); otherwise the next one starts after an
+    exponential gap."""
+    busy = rate * mean_s
+    if idle and rng.random() < busy / (1.0 + busy):
+        return (at, rng.expovariate(1.0 / mean_s))
+    return (at + rng.expovariate(rate), rng.expovariate(1.0 / mean_s))
+
+
 class InstanceNoise:
     """One instance's speed: a factor drawn at start, a slow drift, step jitter, freezes.
 
@@ -179,7 +194,7 @@ class InstanceNoise:
         # the next freeze [start, start + length) on the engine clock
         self._freeze = (math.inf, 0.0)
         if self.on and self.stall_rate > 0.0 and self.stall_s > 0.0:
-            self._freeze = (rng.expovariate(self.stall_rate), rng.expovariate(1.0 / self.stall_s))
+            self._freeze = next_freeze(rng, self.stall_rate, self.stall_s, 0.0, idle=False)
         # the API server's own freezes (its own RNG: the engine's draws stay as they were)
         self.api_rng = random.Random(seed * 2_654_435_761 + 0xA91)
         self.api_rate = max(0.0, cfg.noise_api_stall_rate_hz) if self.on else 0.0
@@ -187,17 +202,9 @@ class InstanceNoise:
         self.api_stalls = 0
         self._api_freeze = (math.inf, 0.0)
         if self.api_rate > 0.0 and self.api_stall_s > 0.0:
-            self._api_freeze = self._api_draw(0.0)
-
-    def _api_draw(self, at: float) -> tuple[float, float]:
-        """The API server's freeze schedule from `at` on: the one `at` falls in (with the
-        stationary probability rate*mean/(1 + rate*mean), its rest exponential again), else
-        the next one (memoryless, so an idle spell of any length costs one draw)."""
-        rng, mean = self.api_rng, self.api_stall_s
-        busy = self.api_rate * mean
-        if at > 0.0 and rng.random() < busy / (1.0 + busy):
-            return (at, rng.expovariate(1.0 / mean))
-        return (at + rng.expovariate(self.api_rate), rng.expovariate(1.0 / mean))
+            self._api_freeze = next_freeze(
+                self.api_rng, self.api_rate, self.api_stall_s, 0.0, idle=False
+            )
 
     def api_delay(self, now: float) -> float:
         """Seconds a request that reaches the API server at `now` waits for it to be scheduled
@@ -207,29 +214,21 @@ class InstanceNoise:
         start, length = self._api_freeze
         if start == math.inf:
             return 0.0
-        if start + length <= now:
-            start, length = self._api_freeze = self._api_draw(now)
+        if start + length <= now:  # the API server was idle past it
+            start, length = self._api_freeze = next_freeze(
+                self.api_rng, self.api_rate, self.api_stall_s, now
+            )
         if start <= now:
             self.api_stalls += 1
             return start + length - now
         return 0.0
 
     def _draw_freeze(self, after: float) -> None:
-        rng = self.rng
-        self._freeze = (
-            after + rng.expovariate(self.stall_rate),
-            rng.expovariate(1.0 / self.stall_s),
-        )
+        self._freeze = next_freeze(self.rng, self.stall_rate, self.stall_s, after, idle=False)
 
     def _resume(self, t: float) -> None:
-        """The freeze schedule after an idle spell that passed `t` (memoryless: with
-        exponential runs and freezes, `t` falls inside a freeze with probability
-        rate*mean/(1 + rate*mean), whose rest is again exponential)."""
-        busy = self.stall_rate * self.stall_s
-        if self.rng.random() < busy / (1.0 + busy):
-            self._freeze = (t, self.rng.expovariate(1.0 / self.stall_s))
-        else:
-            self._draw_freeze(t)
+        """The freeze schedule after an idle spell that passed `t` (next_freeze)."""
+        self._freeze = next_freeze(self.rng, self.stall_rate, self.stall_s, t)
 
     def _run(self, now: float, work_s: float) -> float:
         """Seconds from `now` until `work_s` of unfrozen time has passed (bounded: every
