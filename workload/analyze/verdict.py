@@ -399,12 +399,12 @@ def _judged_warnings(gated: list[MetricDiff], prior: Prior | None) -> list[str]:
     weak = [(m, u) for m in gated if (u := m.underpowered) is not None and m.method != "prior"]
     leaning = [(m, u) for m in gated if (u := m.underpowered) is not None and m.method == "prior"]
     if leaning:
+        assert prior is not None  # rows judged on a prior exist only where one was applied
         unit = {True: "%", False: "pp"}
         out.append(
             f"{leaning[0][0].blocks} block{'s' if leaning[0][0].blocks > 1 else ''} per side "
             "cannot estimate how far two instances differ, so these are judged against the "
-            f"measured instance spread ({prior.name if prior else '?'}: "
-            f"{prior.source if prior else '?'}) and only for getting worse: "
+            f"measured instance spread ({prior.name}: {prior.source}) and only for getting worse: "
             + ", ".join(
                 f"{m.metric} (rules out only {100 * u:+.0f} {unit[m.change_kind == 'relative']})"
                 for m, u in leaning
