@@ -455,6 +455,7 @@ def calibrate(url: str, seed: int = 0, given: Sequence[str] = ()) -> dict:
     settings.update((key, getattr(cfg, key)) for key in known)  # typed, as the twin reads them
     serial, overlap = split_api(cfg, coef["api_ms_per_request"], BURST, burst_tokens, burst_ms)
     settings["api_ms_per_request"], settings["api_latency_ms"] = serial, overlap
+    measured_ms = [s.ms for s in samples]
     residual = [round(s.ms - predict(coef, s), 3) for s in samples]
     return {
         "name": f"calibrated-{t.model.replace('/', '-')}",
@@ -468,9 +469,9 @@ def calibrate(url: str, seed: int = 0, given: Sequence[str] = ()) -> dict:
             "given": known,
             "samples": len(samples),
             "burst": {"requests": BURST, "prompt_tokens": burst_tokens, "ttft_ms_mean": burst_ms},
-            "measured_ms_p50": round(float(np.median([s.ms for s in samples])), 3),
+            "measured_ms_p50": round(float(np.median(measured_ms)), 3),
             "residual_ms_p50_abs": round(float(np.median(np.abs(residual))), 3),
-            "r2": round(r_squared([s.ms for s in samples], residual), 4),
+            "r2": round(r_squared(measured_ms, residual), 4),
             "spec_decode": dict(spec_source, decode_sample_drafts=drafts),
         },
         "settings": settings,
