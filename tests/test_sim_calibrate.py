@@ -3,9 +3,13 @@ a simulator's own known parameters over HTTP."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -135,10 +139,145 @@ def test_decode_steps_nobody_could_time_stop_calibration_with_the_reason(monkeyp
     assert "in one burst" in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("url", ["http://10.0.0.1:8000", "https://127.0.0.1", "127.0.0.1:80"])
-def test_calibration_targets_only_loopback_http(url):
-    with pytest.raises(UsageError):
+@pytest.mark.parametrize(
+    ("url", "host", "port", "https", "prefix"),
+    [
+        ("http://127.0.0.1:8000", "127.0.0.1", 8000, False, ""),
+        ("http://10.0.0.1:8000/", "10.0.0.1", 8000, False, ""),  # a GPU box: any host
+        ("https://vllm.example.com", "vllm.example.com", 443, True, ""),
+        ("https://gw.example.com:8443/serving/llama/", "gw.example.com", 8443, True,
+         "/serving/llama"),  # a gateway's route before /v1
+    ],
+)  # fmt: skip
+def test_calibration_targets_any_http_or_https_server(url, host, port, https, prefix):
+    t = parse_host(url)
+    assert (t.host, t.port, t.https, t.prefix) == (host, port, https, prefix)
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("127.0.0.1:80", "must be an http:// or https:// URL"),
+        ("ftp://127.0.0.1", "must be an http:// or https:// URL"),
+        ("http://user:sk-secret@127.0.0.1:8000", "must not carry credentials"),
+        ("http://127.0.0.1:99999", "bad port"),
+    ],
+)
+def test_a_host_that_is_no_server_url_is_refused(url, said):
+    with pytest.raises(UsageError, match=said) as e:
         parse_host(url)
+    assert "sk-secret" not in str(e.value)
+
+
+class _KeyedServer(ThreadingHTTPServer):
+    """An OpenAI-compatible stub on 127.0.0.1 under a route prefix that wants a bearer key:
+    /v1/models and one streamed chat answer; every request's path and Authorization kept."""
+
+    KEY = "sk-calibrate-test"
+    PREFIX = "/serving/m"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str | None]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def _allowed(self) -> bool:
+                outer.seen.append((self.path, self.headers.get("Authorization")))
+                if self.headers.get("Authorization") != f"Bearer {outer.KEY}":
+                    self.send_response(401)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return False
+                return True
+
+            def do_GET(self) -> None:
+                if not self._allowed():
+                    return
+                if self.path != outer.PREFIX + "/v1/models":
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                body = json.dumps({"data": [{"id": "m", "max_model_len": 4096}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                if not self._allowed():
+                    return
+                chunks = [
+                    {"choices": [{"delta": {"content": "a"}}]},
+                    {"choices": [{"delta": {"content": "b"}}]},
+                    {"choices": [], "usage": {"prompt_tokens": 7}},
+                ]
+                body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+                body += b"data: [DONE]\n\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+@pytest.fixture
+def keyed_server():
+    srv = _KeyedServer()
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_the_api_key_goes_in_the_authorization_header_of_every_request(keyed_server):
+    url = f"http://127.0.0.1:{keyed_server.server_port}{keyed_server.PREFIX}"
+    t = discover(url, keyed_server.KEY)
+    assert (t.model, t.max_model_len) == ("m", 4096)
+    ttft, arrivals, prompt_tokens = stream_once(t, "hello", 2)
+    assert len(arrivals) == 2 and prompt_tokens == 7 and ttft == arrivals[0]
+    paths = [path for path, _ in keyed_server.seen]
+    assert paths[0] == "/serving/m/v1/models" and paths[-1] == "/serving/m/v1/chat/completions"
+    assert all(path.startswith("/serving/m/") for path in paths)
+    assert {auth for _, auth in keyed_server.seen} == {f"Bearer {keyed_server.KEY}"}
+    assert keyed_server.KEY not in repr(t)
+
+
+def test_a_server_that_wants_a_key_says_where_to_put_it(keyed_server):
+    url = f"http://127.0.0.1:{keyed_server.server_port}{keyed_server.PREFIX}"
+    with pytest.raises(SetupError, match=r"answered 401: the server wants an API key; put it in "
+                       r"\$OPENAI_API_KEY \(or name its variable with --api-key-env\)"):  # fmt: skip
+        discover(url)
+    assert keyed_server.seen == [("/serving/m/v1/models", None)]
+
+
+def test_the_calibrate_command_reads_the_key_from_the_variable_it_is_told(keyed_server, tmp_path):
+    """The command line: the key from --api-key-env's variable reaches the server; without
+    it, one line and exit 2 (the stub cannot be swept, so the keyed run stops later, at the
+    sweep, with a line that holds no key)."""
+    url = f"http://127.0.0.1:{keyed_server.server_port}{keyed_server.PREFIX}"
+    argv = [sys.executable, "-m", "workload.sim", "calibrate", "--host", url,
+            "-o", str(tmp_path / "p.yaml")]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    without = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert without.returncode == 2, without.stderr
+    assert without.stderr.count("\n") == 1 and "wants an API key" in without.stderr
+    keyed = subprocess.run(
+        [*argv, "--api-key-env", "MY_VLLM_KEY"], capture_output=True, text=True, timeout=60,
+        env={**env, "MY_VLLM_KEY": keyed_server.KEY},
+    )  # fmt: skip
+    assert (f"Bearer {keyed_server.KEY}") in {auth for _, auth in keyed_server.seen}
+    assert "Traceback" not in keyed.stderr and keyed.stderr.startswith("agentload: error:")
+    assert keyed_server.KEY not in keyed.stderr + keyed.stdout
 
 
 def test_a_preset_file_without_settings_is_refused(tmp_path):
@@ -235,25 +374,17 @@ def test_the_calibrate_command_writes_a_preset_the_simulator_serves(tmp_path):
     assert yaml.safe_load(Path(out).read_text())["source"]["model"] == "agentload/sim-8b"
 
 
-def test_calibrate_refuses_a_non_loopback_host_in_one_line():
+def test_calibrate_refuses_a_host_that_is_no_url_in_one_line():
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workload.sim",
-            "calibrate",
-            "--host",
-            "http://192.0.2.1:8000",
-            "-o",
-            "/dev/null",
-        ],
+        [sys.executable, "-m", "workload.sim", "calibrate", "--host", "192.0.2.1:8000",
+         "-o", "/dev/null"],
         capture_output=True,
         text=True,
         timeout=60,
-    )
+    )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "agentload: error: --host must be a loopback address (127.0.0.1), got 192.0.2.1"
+        "agentload: error: --host must be an http:// or https:// URL, got '192.0.2.1:8000'"
     )
 
 

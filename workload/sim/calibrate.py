@@ -14,13 +14,17 @@ Identifiability: a decode step's constant is `step_overhead_ms` (+ `decode_ms_ba
 the fit pins at 0: one intercept cannot be split), and a prefill row's extra constant is the
 API-server path (`api_ms_per_request`). Scheduler limits and the KV pool come from the
 server's `vllm:cache_config_info` (/metrics) and `/server_info` where it exposes them.
-Loopback targets only; every request has a timeout; the sweep is bounded (~100 requests).
+Any http:// or https:// server (the key, where it needs one, from $OPENAI_API_KEY or the
+variable --api-key-env names, sent only in the Authorization header); from another host the
+network's round trip lands in the fitted API constant, as a client there sees it. Every
+request has a timeout; the sweep is bounded (~130 requests).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import random
 import re
 import statistics
@@ -88,51 +92,80 @@ class Target:
     model: str
     max_model_len: int
     info: dict[str, str] = field(default_factory=dict)
+    https: bool = False
+    prefix: str = ""  # a path before /v1 (a gateway's route), "" for a server's root
+    api_key: str | None = field(default=None, repr=False)
+
+    def connection(self) -> http.client.HTTPConnection:
+        kind = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+        return kind(self.host, self.port, timeout=TIMEOUT_S)
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        if self.api_key:
+            extra["Authorization"] = f"Bearer {self.api_key}"
+        return extra
 
 
-def parse_host(url: str) -> tuple[str, int]:
-    """(host, port) of a loopback http URL; UsageError for anything else."""
+def parse_host(url: str) -> Target:
+    """The server at an http:// or https:// URL (its model not yet known); UsageError else."""
     u = urllib.parse.urlparse(url)
-    if u.scheme != "http" or not u.hostname:
-        raise UsageError(f"--host must be an http:// URL, got {url!r}")
-    if u.hostname not in ("127.0.0.1", "localhost", "::1"):
-        raise UsageError(f"--host must be a loopback address (127.0.0.1), got {u.hostname}")
-    return u.hostname, u.port or 80
-
-
-def _get(host: str, port: int, path: str) -> tuple[int, str]:
-    conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT_S)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise UsageError(f"--host must be an http:// or https:// URL, got {url!r}")
+    if u.username or u.password:
+        raise UsageError(
+            "--host must not carry credentials; put the API key in $OPENAI_API_KEY "
+            "(or name its variable with --api-key-env)"
+        )
     try:
-        conn.request("GET", path)
+        port = u.port
+    except ValueError:
+        raise UsageError(f"--host has a bad port: {url!r}") from None
+    https = u.scheme == "https"
+    return Target(
+        u.hostname, port or (443 if https else 80), "", 0, https=https, prefix=u.path.rstrip("/")
+    )
+
+
+def _get(t: Target, path: str) -> tuple[int, str]:
+    conn = t.connection()
+    try:
+        conn.request("GET", t.prefix + path, headers=t.headers())
         resp = conn.getresponse()
         return resp.status, resp.read().decode("utf-8", "replace")
     finally:
         conn.close()
 
 
-def discover(url: str) -> Target:
+def discover(url: str, api_key: str | None = None) -> Target:
     """Model, max_model_len and the flags the server shows (/v1/models, /metrics, /server_info)."""
-    host, port = parse_host(url)
+    target = parse_host(url)
+    target.api_key = api_key
     try:
-        status, body = _get(host, port, "/v1/models")
-    except OSError as e:
+        status, body = _get(target, "/v1/models")
+    except (OSError, http.client.HTTPException) as e:
         raise SetupError(f"cannot reach {url}: {e}; start the server first") from None
+    if status in (401, 403):
+        raise SetupError(
+            f"{url}/v1/models answered {status}: the server wants an API key; put it in "
+            "$OPENAI_API_KEY (or name its variable with --api-key-env)"
+        )
     if status != 200:
         raise SetupError(f"{url}/v1/models answered {status}; is it an OpenAI-compatible server?")
     model = json.loads(body)["data"][0]
-    target = Target(host, port, model["id"], int(model.get("max_model_len") or 2048))
-    status, text = _get(host, port, "/metrics")
+    target.model = model["id"]
+    target.max_model_len = int(model.get("max_model_len") or 2048)
+    status, text = _get(target, "/metrics")
     if status == 200:
         m = re.search(r"^vllm:cache_config_info\{([^}]*)\}", text, re.M)
         if m:
             target.info.update(dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))))
-    status, text = _get(host, port, "/server_info")
+    status, text = _get(target, "/server_info")
     if status == 200:
         for key in ("max_num_seqs", "max_num_batched_tokens"):
             found = re.search(rf"{key}=(\d+)", text)
             if found:
                 target.info[key] = found.group(1)
-    status, text = _get(host, port, "/version")
+    status, text = _get(target, "/version")
     if status == 200:
         target.info["version"] = json.loads(text).get("version", "")
     return target
@@ -180,11 +213,14 @@ def stream_timed(t: Target, text: str, max_tokens: int) -> Streamed:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    conn = http.client.HTTPConnection(t.host, t.port, timeout=TIMEOUT_S)
+    conn = t.connection()
     try:
         t0 = time.perf_counter_ns()
         conn.request(
-            "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
+            "POST",
+            t.prefix + "/v1/chat/completions",
+            json.dumps(body),
+            t.headers(**{"Content-Type": "application/json"}),
         )
         resp = conn.getresponse()
         if resp.status != 200:
@@ -339,7 +375,7 @@ def sweep_cold(t: Target, rng: random.Random, per_word: float) -> tuple[list[int
 def read_spec(t: Target) -> SpecCounters:
     """The server's spec-decode counters now (all zero where /metrics has none)."""
     try:
-        status, text = _get(t.host, t.port, "/metrics")
+        status, text = _get(t, "/metrics")
     except OSError:
         return SpecCounters()
     return read_counters(text) if status == 200 else SpecCounters()
@@ -409,14 +445,16 @@ def sweep_speculation(
     return measured, spec, source
 
 
-def calibrate(url: str, seed: int = 0, given: Sequence[str] = ()) -> dict:
+def calibrate(
+    url: str, seed: int = 0, given: Sequence[str] = (), api_key: str | None = None
+) -> dict:
     """Run the sweep against `url` and return the preset document.
 
     `given` are KEY=VALUE settings the operator knows and the server does not show (say
     `max_num_batched_tokens=2048` from its start-up log); they win over what was read and
     are recorded under `source.given`.
     """
-    t = discover(url)
+    t = discover(url, api_key)
     rng = random.Random(seed)
     _, _, probe = stream_once(t, _prompt(rng, 200), 1)
     per_word = max(probe, 1) / 201.0
@@ -498,7 +536,17 @@ def main_calibrate(argv: list[str]) -> int:
         prog="agentload sim calibrate", description="Fit a simulator preset from a running server."
     )
     p.add_argument(
-        "--host", required=True, help="server URL, loopback only (http://127.0.0.1:8000)"
+        "--host",
+        required=True,
+        help="server URL, http:// or https:// (http://127.0.0.1:8000); from another host the "
+        "network's round trip is part of the fitted API constant",
+    )
+    p.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the server's API key, if it wants one "
+        "(default OPENAI_API_KEY); sent only in the Authorization header, never written",
     )
     p.add_argument("-o", "--output", required=True, help="preset file to write (YAML)")
     p.add_argument("--seed", type=int, default=0, help="seed for the prompts")
@@ -511,7 +559,10 @@ def main_calibrate(argv: list[str]) -> int:
         "max_num_batched_tokens=2048; recorded in the file as given",
     )
     args = p.parse_args(argv)
-    doc = calibrate(args.host, args.seed, args.set)
+    try:
+        doc = calibrate(args.host, args.seed, args.set, os.environ.get(args.api_key_env) or None)
+    except (OSError, http.client.HTTPException) as e:  # the server went away mid-sweep
+        raise SetupError(f"calibration lost {args.host}: {e or type(e).__name__}") from None
     try:
         with open(args.output, "w", encoding="utf-8") as fh:
             yaml.safe_dump(doc, fh, sort_keys=False)
