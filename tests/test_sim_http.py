@@ -352,8 +352,17 @@ def test_presets_differ_in_version_models_and_kv_sizing():
     assert seen["vllm-0.28-v1"][2] == 404 and seen["vllm-0.29-v2"][2] == 200
 
 
-def test_v2_preset_falls_back_to_no_drafts_for_structured_outputs():
+def test_version_presets_claim_no_undocumented_fallback():
+    # nobody documented a structured-output fallback of vLLM 0.29: the preset keeps drafts
     with SimThread("vllm-0.29-v2", sets=["step_overhead_ms=0", "decode_ms_base=0"]) as s:
+        body = chat_body(tools=TOOLS, tool_choice="required", max_tokens=30, ignore_eos=True)
+        _, _, raw = request(s.url, "POST", "/v1/chat/completions", body)
+        assert json.loads(raw)["metrics"]["speculative_decoding"]["num_spec_steps"] > 0
+
+
+def test_spec_off_for_structured_scenario_drops_drafts_for_structured_outputs():
+    sets = ["step_overhead_ms=0", "decode_ms_base=0", "spec_fallback_structured=true"]
+    with SimThread("vllm-0.29-v2", sets=sets) as s:
         body = chat_body(tools=TOOLS, tool_choice="required")
         _, _, raw = request(s.url, "POST", "/v1/chat/completions", body)
         assert json.loads(raw)["metrics"]["speculative_decoding"]["num_spec_steps"] == 0

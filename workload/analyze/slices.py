@@ -17,8 +17,8 @@ from workload.analyze.table import Rows
 
 STEP_RANGES = ((1, 3, "steps 1-3"), (4, 10, "steps 4-10"), (11, 10**9, "steps 11+"))
 # Request-kind slices whose per-token shift and spec-decode acceptance gate: an upgrade can
-# change how one kind is served (vLLM 0.29's V2 runner drops drafts for structured outputs:
-# TPOT +63 % on those steps on the simulator) while the class as a whole gets faster.
+# change how one kind is served (no drafts for structured outputs, the simulator's
+# spec-off-for-structured scenario: TPOT +63 % on those steps) while the class gets faster.
 KIND_SLICES = ("tool-calling steps", "free-text steps")
 SLICE_GATED = ("tpot_shift", "spec_acceptance_length")
 

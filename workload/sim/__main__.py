@@ -98,8 +98,8 @@ def _log_startup(cfg) -> None:
     if cfg.spec_fallback_structured and cfg.spec_k:
         log(
             "WARNING",
-            "V2 model runner does not support speculative decoding with structured "
-            "outputs; such requests fall back to non-speculative decoding",
+            "scenario spec-off-for-structured (a hypothesis, not a documented vLLM "
+            "behaviour): structured-output requests decode without speculative drafts",
         )
     for kind, rate in sorted(cfg.faults.items()):
         log("WARNING", f"fault injection: {kind} at rate {rate}")

@@ -1,10 +1,11 @@
 """Simulator configuration: one flat dataclass, named presets, `--set` and `--fault` parsing.
 
-A preset is a set of overrides on `SimConfig` defaults. The two upgrade presets
-(`vllm-0.28-v1`, `vllm-0.29-v2`) differ the way a real upgrade does: KV capacity
-from memory profiling, step overhead, draft acceptance, and one fallback (the
-V2 model runner in 0.29 drops speculative decoding for structured-output
-requests, i.e. `tool_choice` "required" or a named function).
+A preset is a set of overrides on `SimConfig` defaults. The two version presets
+(`vllm-0.28-v1`, `vllm-0.29-v2`) are illustrative, not measured: they differ by a
+KV pool size, a step overhead and a draft acceptance that nobody measured on
+those versions, and they claim no behaviour nobody documented. A measured twin
+comes from `agentload sim calibrate`; a candidate with a stated mechanism is a
+named scenario (SCENARIOS, e.g. `larger-batch-budget`, `spec-off-for-structured`).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class SimConfig:
     # from a server's vllm:spec_decode_* counters (`agentload sim calibrate`); when set it
     # replaces spec_accept_base and the content model (spec_accept_rep_gain)
     spec_accept_by_pos: str = ""
-    spec_fallback_structured: bool = False  # V2 runner: no drafts for structured outputs
+    spec_fallback_structured: bool = False  # no drafts for structured outputs (a scenario)
     # API features (vLLM flags)
     enable_prompt_tokens_details: bool = True
     enable_per_request_metrics: bool = True
@@ -220,7 +221,8 @@ PRESETS: dict[str, tuple[str, dict[str, object]]] = {
         {},
     ),
     "vllm-0.28-v1": (
-        "vLLM 0.28, V1 model runner: smaller KV pool, more step overhead, lower acceptance",
+        "illustrative (not measured): reports vLLM 0.28 and the V1 model runner; smaller KV"
+        " pool, more step overhead, lower acceptance than vllm-0.29-v2",
         {
             "version": "0.28.0",
             "num_gpu_blocks": 11264,
@@ -233,8 +235,9 @@ PRESETS: dict[str, tuple[str, dict[str, object]]] = {
         },
     ),
     "vllm-0.29-v2": (
-        "vLLM 0.29, V2 model runner: larger KV pool, less overhead, better drafts; "
-        "structured outputs fall back to no spec decoding",
+        "illustrative (not measured): reports vLLM 0.29 and the V2 model runner; larger KV"
+        " pool, less step overhead, better drafts (no documented fallback is modelled: use"
+        " --scenario spec-off-for-structured to test one)",
         {
             "version": "0.29.0",
             "num_gpu_blocks": 13824,
@@ -243,7 +246,6 @@ PRESETS: dict[str, tuple[str, dict[str, object]]] = {
             "decode_ms_base": 6.8,
             "spec_accept_base": 0.58,
             "spec_accept_rep_gain": 0.38,
-            "spec_fallback_structured": True,
             "model_runner": "v2",
             "dev_mode": True,
         },
