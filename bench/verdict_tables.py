@@ -144,6 +144,15 @@ def _raw_trials(raw: Path):  # noqa: ANN202 - an iterator of (trial dir, trial.j
             yield tdir, json.loads(meta_p.read_text())
 
 
+def _crossed(block: Path) -> bool | None:
+    """Whether the block's load generator crossed its health thresholds (None: unrecorded)."""
+    try:
+        gh = json.loads((block / "run.json").read_text()).get("generator_health")
+    except (OSError, ValueError):
+        return None
+    return bool(gh.get("crossed")) if isinstance(gh, dict) else None
+
+
 def collect(raw: Path, campaign: str) -> int:
     from workload.analyze.verdict import compare_runs  # deferred: --collect only
 
@@ -171,7 +180,7 @@ def collect(raw: Path, campaign: str) -> int:
                     compare_runs(_some_blocks(a, keep, tmp / "a"), _some_blocks(b, keep, tmp / "b"))
                 )
         per: dict[str, list[float | None]] = {k: [] for k in BLOCK_METRICS}
-        counts = []
+        counts, crossed = [], []
         for blk in blocks:
             cmp = compare_runs(a / blk, b / blk, n_boot=100, seed=0, steps=False)
             rows = {m.metric: m for m in cmp.metrics if m.scope == "overall"}
@@ -183,8 +192,12 @@ def collect(raw: Path, campaign: str) -> int:
                 v = block_change(rows[k]) if k in rows else None
                 per[k].append(None if v is None or not math.isfinite(v) else round(v, 5))
             counts.append([cmp.run_a.req_cols.n, cmp.run_b.req_cols.n])
+            crossed.append([_crossed(a / blk), _crossed(b / blk)])
         rec["block_changes"] = per
         rec["requests_per_block"] = counts
+        # per block, [A, B]: did that side's load generator cross its health thresholds
+        # (run.json generator_health; None where the run did not record it)
+        rec["generator_crossed"] = crossed
         (dest / f"{tdir.name}.json").write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
         n += 1
     print(f"{n} trials -> {dest.relative_to(REPO)}")

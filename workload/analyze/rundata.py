@@ -49,6 +49,7 @@ class RunData:
         rows: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None,
         left_out: list[str] | None = None,
         values_left_out: list[str] | None = None,
+        health: dict[str, Any] | None = None,
     ) -> None:
         self.path = path
         self.run = run
@@ -66,6 +67,9 @@ class RunData:
         self.left_out = left_out or []
         # one line per JSONL file with wrong-typed values left out (run_shape.values_left_out)
         self.values_left_out = values_left_out or []
+        # The load generator's health (run.json generator_health) per block name ("" for a
+        # run without blocks): a block whose generator was short of CPU measured it, too.
+        self.health = health if health is not None else {"": run.get("generator_health")}
 
     def _dicts(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         if self._rows is None:
@@ -253,7 +257,10 @@ def load_run(path: Path | str, *, rows: bool = False) -> RunData:
             for src, dest in ((d.requests, keep[0]), (d.sessions, keep[1])):
                 dest.extend({**r, "session_id": f"{b.name}:{r.get('session_id', '')}"} for r in src)
     dur = sum(durs) if durs else None
-    return RunData(path, run, reqs, sess, mets, None, dur, skipped, bd, keep, left_out, values)
+    health = {b.name: d.run.get("generator_health") for b, d in zip(blocks, parts, strict=True)}
+    return RunData(
+        path, run, reqs, sess, mets, None, dur, skipped, bd, keep, left_out, values, health
+    )  # fmt: skip
 
 
 # requests*.jsonl per run from which `load_pair` reads the two runs at once (about 250,000

@@ -152,7 +152,7 @@ def compare_runs(
     th = resolve_thresholds(a.run, b.run, thresholds)
     differs = traffic_differences(a.run, b.run)
     paired = not differs
-    warnings = _design_warnings(a, b, differs)
+    warnings = _design_warnings(a, b, differs) + _generator_warnings(a, b)
     classes = sorted(set(a.classes) | set(b.classes))
     dur = (a.duration_s, b.duration_s)
     rng = np.random.default_rng(seed)
@@ -251,6 +251,45 @@ def _design_warnings(a: RunData, b: RunData, differs: list[str]) -> list[str]:
             "blocks make the start-up wave a larger share"
         )
     return warnings
+
+
+def _crossed(run: RunData) -> tuple[list[str], float | None]:
+    """The blocks (names; "" for a run without blocks) whose load generator crossed its
+    health thresholds, and the largest event-loop lag among them (ms)."""
+    names, lags = [], []
+    for name, gh in run.health.items():
+        if isinstance(gh, dict) and gh.get("crossed"):
+            names.append(name)
+            lag = gh.get("loop_lag_ms_max")
+            if isinstance(lag, (int, float)) and not isinstance(lag, bool):
+                lags.append(float(lag))
+    return names, max(lags, default=None)
+
+
+def _generator_warnings(a: RunData, b: RunData) -> list[str]:
+    """One warning when either side's load generator was short of CPU (run.json
+    generator_health crossed): its reads came late, so that side's latencies hold the
+    generator's delay as well as the server's."""
+    parts, lags = [], []
+    for side, run in (("A", a), ("B", b)):
+        names, lag = _crossed(run)
+        if not names:
+            continue
+        if lag is not None:
+            lags.append(lag)
+        if names == [""]:
+            parts.append(side)
+        else:
+            nums = [n.removeprefix("block-").lstrip("0") or "0" for n in names]
+            parts.append(f"{side} in {len(names)} of {len(run.health)} blocks ({', '.join(nums)})")
+    if not parts:
+        return []
+    lag_txt = f", event-loop lag up to {max(lags):.0f} ms" if lags else ""
+    return [
+        f"the load generator was short of CPU for {'; '.join(parts)}{lag_txt}: those "
+        "latencies include its own late reads; run it on cores the servers do not use "
+        "(taskset) or add --workers"
+    ]
 
 
 def _scope_jobs(
