@@ -36,8 +36,8 @@ from workload.sim.calibrate import load_preset_file  # noqa: E402
 from workload.sim.config import build_config  # noqa: E402
 from workload.sim.engine import Engine, EngineRequest  # noqa: E402
 
-METRICS = ("ttft_shift", "tpot_shift", "e2e_shift", "ttft_p95", "tpot_p95", "e2e_p95",
-           "output_throughput", "completed_sessions")  # fmt: skip
+METRICS = ("ttft_shift", "tpot_shift", "e2e_shift", "ttft_p50", "tpot_p50", "e2e_p50",
+           "ttft_p95", "tpot_p95", "e2e_p95", "output_throughput", "completed_sessions")  # fmt: skip
 MAX_STEPS = 2_000_000
 
 
@@ -137,6 +137,9 @@ def block_changes(a: dict, b: dict, dur: tuple[float, float]) -> dict[str, float
         out[f"{lat}_shift"] = statistics.median(logs) if len(logs) >= 3 else None
         xa = [v[j] for v in ra.values() if v[j] > 0]
         xb = [v[j] for v in rb.values() if v[j] > 0]
+        out[f"{lat}_p50"] = (
+            math.log(statistics.median(xb) / statistics.median(xa)) if xa and xb else None
+        )
         out[f"{lat}_p95"] = math.log(p95(xb) / p95(xa)) if xa and xb else None
     na, nb = len(ra), len(rb)
     out["output_throughput"] = math.log((nb / dur[1]) / (na / dur[0])) if na and nb else None

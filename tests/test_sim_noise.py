@@ -135,3 +135,61 @@ def test_a_request_meets_the_api_freeze_before_the_scheduler_sees_it():
     eng.add_request(req, 1.1)
     assert req.queued_time == pytest.approx(1.25)  # the freeze's end, not its arrival
     assert eng.next_ready() == pytest.approx(1.25)
+
+
+def spells_only(seed: int, rate: float = 0.2, s: float = 1.5, ms: float = 12.0) -> InstanceNoise:
+    """Noise with the API server's slow spells and nothing else."""
+    return noise(seed, noise_api_spell_rate_hz=rate, noise_api_spell_s=s,
+                 noise_api_spell_ms=ms, noise_api_stall_rate_hz=0.0)  # fmt: skip
+
+
+def test_a_slow_spell_delays_the_requests_inside_it_by_about_its_level():
+    n = spells_only(2, ms=12.0)
+    n._spell, n._spell_at = (4.0, 1.0), 0.012
+    waits = [n.api_spell_delay(4.0 + i / 1000.0) for i in range(1, 999)]
+    assert all(w > 0 for w in waits) and n.api_spells == 998
+    assert statistics.fmean(waits) == pytest.approx(0.012, rel=0.1)  # mean-1 request factor
+    assert statistics.stdev(waits) > 0.003  # each request its own draw
+    n._spell = (7.0, 1.0)
+    assert n.api_spell_delay(6.5) == 0.0  # before the next one
+
+
+def test_slow_spells_take_their_share_of_arrivals_and_vary_in_level():
+    rate, s = 0.2, 1.5
+    hits, n_all, levels = 0, 0, set()
+    for seed in range(40):
+        n, t = spells_only(seed, rate, s), 0.0
+        rng = random.Random(seed)
+        for _ in range(400):
+            t += rng.expovariate(5.0)
+            w = n.api_spell_delay(t)
+            hits += w > 0
+            n_all += 1
+            levels.add(round(n._spell_at, 6))
+    busy = rate * s
+    assert hits / n_all == pytest.approx(busy / (1 + busy), abs=0.03)
+    assert len(levels) > 100  # a level per spell
+
+
+def test_slow_spells_are_off_without_noise_and_leave_the_other_draws_as_they_were():
+    off = InstanceNoise(build_config("default", ["noise_api_spell_rate_hz=1"]), 3)
+    assert [off.api_spell_delay(t * 0.1) for t in range(50)] == [0.0] * 50
+    with_spells, without = noise(9), noise(9, noise_api_spell_rate_hz=0.0)
+    for t in range(200):
+        with_spells.api_spell_delay(t * 0.05)
+    assert [
+        (with_spells.api_delay(t * 0.05), with_spells.apply(t * 0.05, 5.0)) for t in range(200)
+    ] == [(without.api_delay(t * 0.05), without.apply(t * 0.05, 5.0)) for t in range(200)]
+
+
+def test_a_request_in_a_slow_spell_reaches_the_scheduler_late():
+    from workload.sim.engine import Engine, EngineRequest
+
+    cfg = build_config("fast", ["instance_noise=true", "noise_api_stall_rate_hz=0",
+                                "noise_api_spell_rate_hz=0.2", "noise_api_spell_ms=12",
+                                "noise_api_spell_request_sigma=0"])  # fmt: skip
+    eng = Engine(cfg, instance_seed=4)
+    eng.noise._spell, eng.noise._spell_at = (1.0, 1.0), 0.012
+    req = EngineRequest(request_id="r", prompt=list(range(16)), output_len=4, seed=1)
+    eng.add_request(req, 1.1)
+    assert req.queued_time == pytest.approx(1.112)

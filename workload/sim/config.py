@@ -108,6 +108,19 @@ class SimConfig:
     # noise alone left at 0.2-0.5x: 12 % of the time frozen, in 60 ms spells.
     noise_api_stall_rate_hz: float = 2.0
     noise_api_stall_ms: float = 60.0
+    # the API server's slow spells: stretches (Poisson starts, exponential lengths) in which
+    # every new request waits a little longer before the engine sees it -- a spell's own
+    # level (log-normal, mean noise_api_spell_ms) times a per-request log-normal factor. On
+    # real-5 the client's TTFT minus vLLM's own time_to_first_token, in 1 s windows, was over
+    # 30 ms in 21 % of the windows, in runs of ~1.6 s (rate and length from there); the level
+    # is sized to the TTFT shift and p50 spread of its A/A blocks on the virtual clock
+    # (bench_sim_noise.py --no-think --blocks 4 --real real-5: 12, 15, 18 ms gave TTFT shift
+    # 0.86x, 0.76x, 1.21x and p50 0.57x, 0.59x, 0.86x; the real-time canary adds host jitter).
+    noise_api_spell_rate_hz: float = 0.2
+    noise_api_spell_s: float = 1.5
+    noise_api_spell_ms: float = 15.0
+    noise_api_spell_sigma: float = 0.6
+    noise_api_spell_request_sigma: float = 0.5
     # fault injection: kind -> rate; stall and drip parameters
     faults: dict[str, float] = field(default_factory=dict)
     fault_stall_s: float = 30.0
@@ -199,6 +212,11 @@ class SimConfig:
             "noise_stall_ms",
             "noise_api_stall_rate_hz",
             "noise_api_stall_ms",
+            "noise_api_spell_rate_hz",
+            "noise_api_spell_s",
+            "noise_api_spell_ms",
+            "noise_api_spell_sigma",
+            "noise_api_spell_request_sigma",
         ):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0")

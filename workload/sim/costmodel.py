@@ -23,8 +23,9 @@ square of its length, and a late chunk of a long prompt costs more than the firs
 Instance noise (``InstanceNoise``) makes two simulators of one preset differ the way two real
 instances do: a speed factor drawn once per instance, a slow drift of that speed (an
 Ornstein-Uhlenbeck process on log speed: host load that comes and goes), a per-step jitter,
-and occasional freezes of the instance's clock. It draws from its own RNG seeded by the *instance* seed, never the
-traffic seed, so the same traffic meets a different instance.
+occasional freezes of the instance's clock, and the API server's own freezes and slow spells
+(new requests late). It draws from RNGs seeded by the *instance* seed, never the traffic
+seed, so the same traffic meets a different instance.
 """
 
 from __future__ import annotations
@@ -143,6 +144,11 @@ class NoiseConfig(Protocol):
     noise_stall_ms: float
     noise_api_stall_rate_hz: float
     noise_api_stall_ms: float
+    noise_api_spell_rate_hz: float
+    noise_api_spell_s: float
+    noise_api_spell_ms: float
+    noise_api_spell_sigma: float
+    noise_api_spell_request_sigma: float
 
 
 def next_freeze(
@@ -205,6 +211,54 @@ class InstanceNoise:
             self._api_freeze = next_freeze(
                 self.api_rng, self.api_rate, self.api_stall_s, 0.0, idle=False
             )
+        # the API server's slow spells (api_spell_delay; their own RNG again)
+        self.spell_rng = random.Random(seed * 2_654_435_761 + 0x5BE11)
+        self.spell_rate = max(0.0, cfg.noise_api_spell_rate_hz) if self.on else 0.0
+        self.spell_s = max(0.0, cfg.noise_api_spell_s)
+        self.spell_ms = max(0.0, cfg.noise_api_spell_ms)
+        self.spell_sigma = max(0.0, cfg.noise_api_spell_sigma)
+        self.spell_request_sigma = max(0.0, cfg.noise_api_spell_request_sigma)
+        self.api_spells = 0
+        self._spell = (math.inf, 0.0)
+        self._spell_at = 0.0
+        if self.spell_rate > 0.0 and self.spell_s > 0.0 and self.spell_ms > 0.0:
+            self._spell = next_freeze(self.spell_rng, self.spell_rate, self.spell_s, 0.0, False)
+            self._spell_at = self._spell_level()
+
+    def _spell_level(self) -> float:
+        s = self.spell_sigma
+        return self.spell_ms * math.exp(self.spell_rng.gauss(-s * s / 2.0, s)) / 1000.0
+
+    def _next_spell(self, end: float, now: float) -> tuple[float, float]:
+        """The spell schedule at `now`, the last spell having ended at `end`: gaps and
+        lengths drawn in turn (an arrival just after a spell is less likely in the next
+        than a random one); after a long quiet time, the stationary draw (next_freeze)."""
+        rng, cycle = self.spell_rng, 1.0 / self.spell_rate + self.spell_s
+        if now - end > 20.0 * cycle:
+            return next_freeze(rng, self.spell_rate, self.spell_s, now)
+        start, length = end, 0.0
+        while start + length <= now:
+            start += length + rng.expovariate(self.spell_rate)
+            length = rng.expovariate(1.0 / self.spell_s)
+        return start, length
+
+    def api_spell_delay(self, now: float) -> float:
+        """Seconds a request that reaches the API server at `now` waits on top during a slow
+        spell (the server busy but not frozen: every new request a little late, for a second
+        or two): the spell's level times a per-request log-normal factor (mean 1). 0 outside
+        a spell and with noise off. Its own RNG: the other draws stay as they were."""
+        start, length = self._spell
+        if start == math.inf:
+            return 0.0
+        if start + length <= now:  # past it: the spells since, and a new level
+            self._spell = self._next_spell(start + length, now)
+            start, length = self._spell
+            self._spell_at = self._spell_level()
+        if start > now:
+            return 0.0
+        self.api_spells += 1
+        s = self.spell_request_sigma
+        return self._spell_at * math.exp(self.spell_rng.gauss(-s * s / 2.0, s))
 
     def api_delay(self, now: float) -> float:
         """Seconds a request that reaches the API server at `now` waits for it to be scheduled

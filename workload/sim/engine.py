@@ -205,6 +205,7 @@ class Engine:
         api_s = cfg.api_ms_per_request * cfg.ttft_scale / 1000.0
         wait_s = cfg.api_latency_ms * cfg.ttft_scale / 1000.0
         frozen = self.noise.api_delay(now)  # the API server descheduled (instance noise)
+        wait_s += self.noise.api_spell_delay(now)  # ... or slow for a spell (instance noise)
         if api_s <= 0.0 and wait_s <= 0.0 and frozen <= 0.0:
             req.queued_time = now
             self._push_waiting(req, front=False)
