@@ -128,7 +128,7 @@ def kernel_ns(anc: list[tuple[int, int, bytes]]) -> int:
     return 0
 
 
-def _ask_kernel_stamps(sock: Any) -> None:
+def ask_kernel_stamps(sock: Any) -> None:
     """Turn on receive stamps for a new plain TCP socket (no-op where unsupported)."""
     global KERNEL_RX
     if not KERNEL_RX:
@@ -144,7 +144,7 @@ def read_stamps(base_url: str) -> str:
     if not base_url.lower().startswith("http://"):
         return "user"  # TLS reads go through the SSL layer: no per-read kernel stamp
     with _socket.socket() as s:  # the kernel may refuse the option (a sandbox): ask it
-        _ask_kernel_stamps(s)
+        ask_kernel_stamps(s)
     return "kernel" if KERNEL_RX else "user"
 
 
@@ -193,7 +193,7 @@ def _make_pools() -> tuple[type[Any], type[Any]]:  # classes made here, after th
     class Pool(_FreshMark, ConnectionPool):
         def _create_socket(self) -> Any:
             sock = super()._create_socket()
-            _ask_kernel_stamps(sock)
+            ask_kernel_stamps(sock)
             return sock
 
     class SSLPool(_FreshMark, SSLConnectionPool):

@@ -39,6 +39,7 @@ import numpy as np
 import yaml
 
 from workload.errors import ArgParser, SetupError, SimConfigError, UsageError
+from workload.sim import stamped
 from workload.sim.apisplit import split_api
 from workload.sim.config import build_config, parse_assignments
 from workload.sim.costmodel import StepShape
@@ -202,8 +203,12 @@ def stream_once(t: Target, text: str, max_tokens: int) -> tuple[float, list[floa
 
 
 def stream_timed(t: Target, text: str, max_tokens: int) -> Streamed:
-    """One streamed chat request, with the server's generation time where it says it."""
-    body = {
+    """One streamed chat request, with the server's generation time where it says it.
+
+    Over plain http each chunk is timed by the kernel's receive stamp (stamped.py), so a
+    client that waited for a CPU does not charge its wait to the server; over https, when
+    Python read it."""
+    body = json.dumps({
         "model": t.model,
         "messages": [{"role": "user", "content": text}],
         "max_tokens": max_tokens,
@@ -212,41 +217,69 @@ def stream_timed(t: Target, text: str, max_tokens: int) -> Streamed:
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
-    }
+    })  # fmt: skip
+    path, headers = (
+        t.prefix + "/v1/chat/completions",
+        t.headers(**{"Content-Type": "application/json"}),
+    )
+    if t.https:
+        return _stream_timed_https(t, path, headers, body)
+    resp, t0 = stamped.post(t.host, t.port, path, headers, body.encode(), TIMEOUT_S)
+    try:
+        if resp.status != 200:
+            raise SetupError(f"calibration request answered {resp.status}: {resp.read()[:200]!r}")
+        got = _StreamParse()
+        for raw, stamp in resp.lines():
+            got.line(raw, (stamp - t0) / 1e9)
+    finally:
+        resp.close()
+    return got.result()
+
+
+class _StreamParse:
+    """What a calibration stream's `data:` lines say: content arrivals, prompt tokens, and the
+    server's generation time where it reports one."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[float] = []
+        self.prompt_tokens = 0
+        self.gen_ms: float | None = None
+
+    def line(self, raw: bytes, at: float) -> None:
+        line = raw.strip()
+        if not line.startswith(b"data:") or line == b"data: [DONE]":
+            return
+        chunk = json.loads(line[5:])
+        if chunk.get("usage"):
+            self.prompt_tokens = int(chunk["usage"].get("prompt_tokens", 0))
+        gen = (chunk.get("metrics") or {}).get("generation_time_ms")
+        if isinstance(gen, int | float):
+            self.gen_ms = float(gen)
+        choices = chunk.get("choices") or []
+        if choices and (choices[0].get("delta") or {}).get("content"):
+            self.arrivals.append(at)
+
+    def result(self) -> Streamed:
+        if not self.arrivals:
+            raise SetupError("calibration request streamed no content; is the model serving?")
+        return Streamed(self.arrivals, self.prompt_tokens, self.gen_ms)
+
+
+def _stream_timed_https(t: Target, path: str, headers: dict[str, str], body: str) -> Streamed:
+    """stream_timed over TLS: each chunk timed when Python read it (no per-read stamp)."""
     conn = t.connection()
     try:
         t0 = time.perf_counter_ns()
-        conn.request(
-            "POST",
-            t.prefix + "/v1/chat/completions",
-            json.dumps(body),
-            t.headers(**{"Content-Type": "application/json"}),
-        )
+        conn.request("POST", path, body, headers)
         resp = conn.getresponse()
         if resp.status != 200:
             raise SetupError(f"calibration request answered {resp.status}: {resp.read()[:200]!r}")
-        arrivals: list[float] = []
-        prompt_tokens = 0
-        gen_ms = None
+        got = _StreamParse()
         for raw in resp:
-            line = raw.strip()
-            if not line.startswith(b"data:") or line == b"data: [DONE]":
-                continue
-            now = (time.perf_counter_ns() - t0) / 1e9
-            chunk = json.loads(line[5:])
-            if chunk.get("usage"):
-                prompt_tokens = int(chunk["usage"].get("prompt_tokens", 0))
-            gen = (chunk.get("metrics") or {}).get("generation_time_ms")
-            if isinstance(gen, int | float):
-                gen_ms = float(gen)
-            choices = chunk.get("choices") or []
-            if choices and (choices[0].get("delta") or {}).get("content"):
-                arrivals.append(now)
+            got.line(raw, (time.perf_counter_ns() - t0) / 1e9)
     finally:
         conn.close()
-    if not arrivals:
-        raise SetupError("calibration request streamed no content; is the model serving?")
-    return Streamed(arrivals, prompt_tokens, gen_ms)
+    return got.result()
 
 
 def sweep_prefill(t: Target, rng: random.Random, per_word: float) -> list[Sample]:

@@ -1,0 +1,174 @@
+"""Streamed calibration reads stamped by the kernel: when each line's bytes reached the host.
+
+`agentload sim calibrate` times chunk arrivals to fit step costs. With `http.client` a chunk
+is stamped when Python gets round to reading it: on a busy host (the calibrating client, the
+server's threads and anything else sharing the cores) that is late by whatever the client
+waited for a CPU, which the fit would then charge to the server. Here each read is a
+`recvmsg` with SO_TIMESTAMPNS on (the same kernel receive stamp the load generator's
+transport uses, `workload.measure.transport`), and a line carries the stamp of the read that
+completed it. Plain http only (TLS reads go through the SSL layer, which has no per-read
+stamp): callers keep `http.client` for https. Where the kernel refuses the option, every
+read is stamped in user space on arrival in Python, as before.
+
+A deliberately small HTTP/1.1 client: one POST, `Connection: close`, a body that is chunked
+(what vLLM streams), sized by Content-Length, or delimited by the close.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator, Mapping
+
+from workload.measure import transport
+from workload.measure.transport import RX_ANC_SPACE, ask_kernel_stamps, kernel_ns
+
+READ_BYTES = 64 * 1024
+
+
+class StampedResponse:
+    """The status, headers and body lines of one response, each line with its receive stamp
+    (realtime ns: compare with `time.time_ns()` taken before the request was sent)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._kernel = transport.KERNEL_RX  # False where the kernel refused the option
+        self._raw = b""  # received, not yet decoded
+        self._stamp = 0
+        self._eof = False
+        head = self._read_head()
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        parts = status_line.split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            raise OSError(f"not an HTTP response: {status_line[:80]!r}")
+        self.status = int(parts[1])
+        self.headers: dict[str, str] = {}
+        for line in lines:
+            name, sep, value = line.partition(":")
+            if sep:
+                self.headers[name.strip().lower()] = value.strip()
+        self._chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
+        length = self.headers.get("content-length", "")
+        self._left: int | None = int(length) if length.isdigit() and not self._chunked else None
+        self._chunk_left = 0  # bytes left in the current chunk (chunked bodies)
+        self._done = False
+
+    # -- socket reads ---------------------------------------------------------------------
+    def _recv(self) -> bool:
+        """One read into the raw buffer, stamped; False at end of stream."""
+        if self._eof:
+            return False
+        if self._kernel:
+            data, anc, _flags, _addr = self._sock.recvmsg(READ_BYTES, RX_ANC_SPACE)
+            stamp = kernel_ns(anc) or time.time_ns()
+        else:
+            data, stamp = self._sock.recv(READ_BYTES), time.time_ns()
+        if not data:
+            self._eof = True
+            return False
+        self._raw += data
+        self._stamp = stamp
+        return True
+
+    def _read_head(self) -> bytes:
+        while b"\r\n\r\n" not in self._raw:
+            if len(self._raw) > 65536 or not self._recv():
+                raise OSError("the server closed or sent no HTTP head")
+        head, _, self._raw = self._raw.partition(b"\r\n\r\n")
+        return head
+
+    # -- body decoding --------------------------------------------------------------------
+    def _decoded(self) -> bytes:
+        """The body bytes now decodable from the raw buffer (b"" when more must be read)."""
+        if not self._chunked:
+            data = self._raw if self._left is None else self._raw[: self._left]
+            self._raw = self._raw[len(data) :]
+            if self._left is not None:
+                self._left -= len(data)
+                self._done = self._left <= 0
+            return data
+        out = []
+        while not self._done:
+            if self._chunk_left > 0:
+                take = self._raw[: self._chunk_left]
+                if not take:
+                    break
+                out.append(take)
+                self._raw = self._raw[len(take) :]
+                self._chunk_left -= len(take)
+                if self._chunk_left == 0:
+                    self._chunk_left = -2  # its CRLF next
+                continue
+            if self._chunk_left == -2:
+                if len(self._raw) < 2:
+                    break
+                self._raw, self._chunk_left = self._raw[2:], 0
+                continue
+            line, sep, rest = self._raw.partition(b"\r\n")
+            if not sep:
+                break
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise OSError(f"bad chunk size in the response: {line[:40]!r}") from None
+            self._raw = rest
+            if size == 0:
+                self._done = True  # trailers, if any, are not read
+            else:
+                self._chunk_left = size
+        return b"".join(out)
+
+    def chunks(self) -> Iterator[tuple[bytes, int]]:
+        """The body as it arrives: (bytes, receive stamp of the read that brought them)."""
+        while True:
+            data = self._decoded()
+            if data:
+                yield data, self._stamp
+            if self._done or (not data and not self._recv()):
+                return
+
+    def lines(self) -> Iterator[tuple[bytes, int]]:
+        """Body lines (with their b"\\n"), each with the stamp of the read that completed it."""
+        buf = b""
+        for data, stamp in self.chunks():
+            buf += data
+            while True:
+                i = buf.find(b"\n")
+                if i < 0:
+                    break
+                yield buf[: i + 1], stamp
+                buf = buf[i + 1 :]
+        if buf:
+            yield buf, self._stamp
+
+    def read(self) -> bytes:
+        """The rest of the body."""
+        return b"".join(data for data, _ in self.chunks())
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def post(
+    host: str,
+    port: int,
+    path: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    timeout_s: float,
+) -> tuple[StampedResponse, int]:
+    """Send one POST over plain http; (the response, realtime ns just before it was sent).
+    Raises OSError (a refused or broken connection, a timeout) as http.client would."""
+    sock = socket.create_connection((host, port), timeout=timeout_s)
+    try:
+        ask_kernel_stamps(sock)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        head = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close",
+                f"Content-Length: {len(body)}"]  # fmt: skip
+        head += [f"{k}: {v}" for k, v in headers.items()]
+        sent_ns = time.time_ns()
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+        return StampedResponse(sock), sent_ns
+    except BaseException:
+        sock.close()
+        raise
