@@ -112,3 +112,21 @@ def test_calibration_reads_the_simulator_through_kernel_stamps():
     assert len(got.arrivals) >= 2 and got.prompt_tokens > 0
     assert all(0 < a <= b for a, b in zip(got.arrivals, got.arrivals[1:], strict=False))
     assert got.arrivals[-1] < 10.0  # seconds since the request went out, not an epoch
+
+
+def test_the_tls_path_times_chunks_when_read():
+    # https keeps http.client (no per-read stamp under TLS): the same parse over its connection
+    import http.client
+
+    with SimThread("default", sets=["spec_k=0"]) as sim:
+        t = discover(sim.url)
+        body = (
+            b'{"model": "%s", "messages": [{"role": "user", "content": "hi there"}], '
+            b'"max_tokens": 12, "min_tokens": 12, "ignore_eos": true, "stream": true, '
+            b'"stream_options": {"include_usage": true}}' % t.model.encode()
+        )
+        got = stamped.timed_stream(
+            t.host, t.port, "/v1/chat/completions", {"Content-Type": "application/json"},
+            body, 10.0, tls=lambda: http.client.HTTPConnection(t.host, t.port, timeout=10),
+        )  # fmt: skip
+    assert len(got.arrivals) >= 2 and got.prompt_tokens > 0 and got.arrivals[-1] < 10.0

@@ -28,7 +28,6 @@ import os
 import random
 import re
 import statistics
-import time
 import urllib.parse
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +43,7 @@ from workload.sim.apisplit import split_api
 from workload.sim.config import build_config, parse_assignments
 from workload.sim.costmodel import StepShape
 from workload.sim.specfit import SpecCounters, fit_acceptance, fit_cold, read_counters
+from workload.sim.stamped import BURST_SEEN, Streamed
 
 # The coefficients the sweep identifies, with their feature in StepShape.features() order
 # (decode_ms_base and draft_ms_per_token are not identified: pinned, see module docstring).
@@ -66,8 +66,7 @@ DECODE_REPEATS = 2
 # generation time (vLLM's per-request `metrics`) was read in one burst after the client had
 # been descheduled, not paced by the server's steps: on a busy host all 20 chunks of a stream
 # came within 0.2 ms of a 40 ms generation, which fitted 0.007 ms decode steps. Such streams
-# time nothing and are sent again.
-BURST_SEEN = 0.5
+# time nothing and are sent again (stamped.Streamed.read_in_burst).
 DECODE_TRIES = 4  # runs of a point's streams, at most, to get DECODE_REPEATS timed ones
 DECODE_TOKENS = 64  # enough steps past the start when a step carries 1 + k tokens
 COLD_TOKENS = 16  # the short streams that tell a cold start from random misses
@@ -177,25 +176,6 @@ def _prompt(rng: random.Random, words: int) -> str:
     return f"n{rng.getrandbits(48)} " + " ".join(f"w{rng.randrange(10_000)}" for _ in range(words))
 
 
-@dataclass
-class Streamed:
-    """One streamed answer as this client saw it, and the server's own generation time
-    (`metrics.generation_time_ms`, first to last token, where the server reports it)."""
-
-    arrivals: list[float]  # content chunks, s after the request was sent
-    prompt_tokens: int
-    server_gen_ms: float | None
-
-    def read_in_burst(self) -> bool:
-        """Its chunks reached this client far closer together than the server made them: the
-        client was descheduled and read them from its socket at once (a busy host), so their
-        gaps time the client, not the server's steps."""
-        if self.server_gen_ms is None or len(self.arrivals) < 3 or self.server_gen_ms <= 0:
-            return False
-        seen_ms = (self.arrivals[-1] - self.arrivals[0]) * 1000.0
-        return seen_ms < BURST_SEEN * self.server_gen_ms
-
-
 def stream_once(t: Target, text: str, max_tokens: int) -> tuple[float, list[float], int]:
     """One streamed chat request: (TTFT s, chunk arrival times s, prompt tokens)."""
     got = stream_timed(t, text, max_tokens)
@@ -218,68 +198,10 @@ def stream_timed(t: Target, text: str, max_tokens: int) -> Streamed:
         "stream": True,
         "stream_options": {"include_usage": True},
     })  # fmt: skip
-    path, headers = (
-        t.prefix + "/v1/chat/completions",
-        t.headers(**{"Content-Type": "application/json"}),
-    )
-    if t.https:
-        return _stream_timed_https(t, path, headers, body)
-    resp, t0 = stamped.post(t.host, t.port, path, headers, body.encode(), TIMEOUT_S)
-    try:
-        if resp.status != 200:
-            raise SetupError(f"calibration request answered {resp.status}: {resp.read()[:200]!r}")
-        got = _StreamParse()
-        for raw, stamp in resp.lines():
-            got.line(raw, (stamp - t0) / 1e9)
-    finally:
-        resp.close()
-    return got.result()
-
-
-class _StreamParse:
-    """What a calibration stream's `data:` lines say: content arrivals, prompt tokens, and the
-    server's generation time where it reports one."""
-
-    def __init__(self) -> None:
-        self.arrivals: list[float] = []
-        self.prompt_tokens = 0
-        self.gen_ms: float | None = None
-
-    def line(self, raw: bytes, at: float) -> None:
-        line = raw.strip()
-        if not line.startswith(b"data:") or line == b"data: [DONE]":
-            return
-        chunk = json.loads(line[5:])
-        if chunk.get("usage"):
-            self.prompt_tokens = int(chunk["usage"].get("prompt_tokens", 0))
-        gen = (chunk.get("metrics") or {}).get("generation_time_ms")
-        if isinstance(gen, int | float):
-            self.gen_ms = float(gen)
-        choices = chunk.get("choices") or []
-        if choices and (choices[0].get("delta") or {}).get("content"):
-            self.arrivals.append(at)
-
-    def result(self) -> Streamed:
-        if not self.arrivals:
-            raise SetupError("calibration request streamed no content; is the model serving?")
-        return Streamed(self.arrivals, self.prompt_tokens, self.gen_ms)
-
-
-def _stream_timed_https(t: Target, path: str, headers: dict[str, str], body: str) -> Streamed:
-    """stream_timed over TLS: each chunk timed when Python read it (no per-read stamp)."""
-    conn = t.connection()
-    try:
-        t0 = time.perf_counter_ns()
-        conn.request("POST", path, body, headers)
-        resp = conn.getresponse()
-        if resp.status != 200:
-            raise SetupError(f"calibration request answered {resp.status}: {resp.read()[:200]!r}")
-        got = _StreamParse()
-        for raw in resp:
-            got.line(raw, (time.perf_counter_ns() - t0) / 1e9)
-    finally:
-        conn.close()
-    return got.result()
+    path = t.prefix + "/v1/chat/completions"
+    headers = t.headers(**{"Content-Type": "application/json"})
+    tls = t.connection if t.https else None
+    return stamped.timed_stream(t.host, t.port, path, headers, body.encode(), TIMEOUT_S, tls)
 
 
 def sweep_prefill(t: Target, rng: random.Random, per_word: float) -> list[Sample]:

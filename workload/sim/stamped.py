@@ -16,14 +16,21 @@ A deliberately small HTTP/1.1 client: one POST, `Connection: close`, a body that
 
 from __future__ import annotations
 
+import http.client
+import json
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
+from workload.errors import SetupError
 from workload.measure import transport
 from workload.measure.transport import RX_ANC_SPACE, ask_kernel_stamps, kernel_ns
 
 READ_BYTES = 64 * 1024
+# A stream whose content chunks reached the client over less than this share of the server's
+# own generation time was read in one burst (Streamed.read_in_burst).
+BURST_SEEN = 0.5
 
 
 class StampedResponse:
@@ -172,3 +179,93 @@ def post(
     except BaseException:
         sock.close()
         raise
+
+
+@dataclass
+class Streamed:
+    """One streamed answer as this client saw it, and the server's own generation time
+    (`metrics.generation_time_ms`, first to last token, where the server reports it)."""
+
+    arrivals: list[float]  # content chunks, s after the request was sent
+    prompt_tokens: int
+    server_gen_ms: float | None
+
+    def read_in_burst(self) -> bool:
+        """Its chunks reached this client far closer together than the server made them: the
+        client was descheduled and read them from its socket at once (a busy host), so their
+        gaps time the client, not the server's steps."""
+        if self.server_gen_ms is None or len(self.arrivals) < 3 or self.server_gen_ms <= 0:
+            return False
+        seen_ms = (self.arrivals[-1] - self.arrivals[0]) * 1000.0
+        return seen_ms < BURST_SEEN * self.server_gen_ms
+
+
+class _StreamParse:
+    """What a calibration stream's `data:` lines say: content arrivals, prompt tokens, and the
+    server's generation time where it reports one."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[float] = []
+        self.prompt_tokens = 0
+        self.gen_ms: float | None = None
+
+    def line(self, raw: bytes, at: float) -> None:
+        line = raw.strip()
+        if not line.startswith(b"data:") or line == b"data: [DONE]":
+            return
+        chunk = json.loads(line[5:])
+        if chunk.get("usage"):
+            self.prompt_tokens = int(chunk["usage"].get("prompt_tokens", 0))
+        gen = (chunk.get("metrics") or {}).get("generation_time_ms")
+        if isinstance(gen, int | float):
+            self.gen_ms = float(gen)
+        choices = chunk.get("choices") or []
+        if choices and (choices[0].get("delta") or {}).get("content"):
+            self.arrivals.append(at)
+
+    def result(self) -> Streamed:
+        if not self.arrivals:
+            raise SetupError("calibration request streamed no content; is the model serving?")
+        return Streamed(self.arrivals, self.prompt_tokens, self.gen_ms)
+
+
+def timed_stream(
+    host: str,
+    port: int,
+    path: str,
+    headers: dict[str, str],
+    body: bytes,
+    timeout_s: float,
+    tls: Callable[[], http.client.HTTPConnection] | None = None,
+) -> Streamed:
+    """One streamed request, each content chunk timed from just before it was sent: by the
+    kernel's receive stamp over plain http, when Python read it over TLS (`tls` opens its
+    connection)."""
+    if tls is None:
+        resp, sent = post(host, port, path, headers, body, timeout_s)
+        try:
+            if resp.status != 200:
+                raise SetupError(
+                    f"calibration request answered {resp.status}: {resp.read()[:200]!r}"
+                )
+            got = _StreamParse()
+            for raw, stamp in resp.lines():
+                got.line(raw, (stamp - sent) / 1e9)
+        finally:
+            resp.close()
+        return got.result()
+    conn = tls()
+    try:
+        t0 = time.perf_counter_ns()
+        conn.request("POST", path, body, headers)
+        tls_resp = conn.getresponse()
+        if tls_resp.status != 200:
+            raise SetupError(
+                f"calibration request answered {tls_resp.status}: {tls_resp.read()[:200]!r}"
+            )
+        got = _StreamParse()
+        for raw in tls_resp:
+            got.line(raw, (time.perf_counter_ns() - t0) / 1e9)
+    finally:
+        conn.close()
+    return got.result()
