@@ -62,7 +62,7 @@ CONTROL_FLOW_EXCEPTIONS = {
     "workload/measure/transport.py:TransportError": "a classified transport failure: a record",
     "workload/locust/runtime.py:RequestFailed": "what Locust's stats show for a failed request",
     "workload/orchestrate/canary/servers.py:StartupFailure": "a side failed to start: a verdict",
-    "workload/record/http1.py:FramingError": "a message the proxy cannot frame: a 400/502 answer",
+    "workload/measure/http1.py:FramingError": "a message the proxy cannot frame: a 400/502 answer",
     "workload/record/proxy.py:_Gone": "the client hung up mid-exchange: a record marked client_gone",
     "workload/record/proxy.py:_UpstreamFailed": "the upstream broke off: a 502 and a record",
 }

@@ -16,8 +16,8 @@ import openai
 import pytest
 
 from tests.record_agent import TOOLS, Tap, run_agent
+from workload.measure.http1 import ChunkedDecoder, FramingError, parse_head, replace_host
 from workload.record import RecordOptions, RecordThread, parse_upstream
-from workload.record.http1 import ChunkedDecoder, FramingError, parse_head, replace_host
 from workload.sim.inprocess import SimThread
 
 MODEL = "agentload/sim-8b"

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from workload.record.http1 import (
+from workload.measure.http1 import (
     MAX_HEAD_BYTES,
     ChunkedDecoder,
     FramingError,

@@ -34,7 +34,7 @@ from typing import Any, cast
 
 import orjson
 
-from workload.record.http1 import MAX_HEAD_BYTES, ChunkedDecoder, FramingError
+from workload.measure.http1 import MAX_HEAD_BYTES, ChunkedDecoder, FramingError
 
 MAX_US = 2**32 - 1
 

@@ -11,7 +11,8 @@ stamp): callers keep `http.client` for https. Where the kernel refuses the optio
 read is stamped in user space on arrival in Python, as before.
 
 A deliberately small HTTP/1.1 client: one POST, `Connection: close`, a body that is chunked
-(what vLLM streams), sized by Content-Length, or delimited by the close.
+(what vLLM streams), sized by Content-Length, or delimited by the close, framed by
+workload.measure.http1 (the recording proxy's framing).
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ from dataclasses import dataclass
 
 from workload.errors import SetupError
 from workload.measure import transport
+from workload.measure.http1 import (
+    MAX_HEAD_BYTES,
+    ChunkedDecoder,
+    FramingError,
+    parse_head,
+    response_body_kind,
+)
 from workload.measure.transport import RX_ANC_SPACE, ask_kernel_stamps, kernel_ns
 
 READ_BYTES = 64 * 1024
@@ -43,22 +51,22 @@ class StampedResponse:
         self._raw = b""  # received, not yet decoded
         self._stamp = 0
         self._eof = False
-        head = self._read_head()
-        status_line, *lines = head.decode("latin-1").split("\r\n")
-        parts = status_line.split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-            raise OSError(f"not an HTTP response: {status_line[:80]!r}")
-        self.status = int(parts[1])
-        self.headers: dict[str, str] = {}
-        for line in lines:
-            name, sep, value = line.partition(":")
-            if sep:
-                self.headers[name.strip().lower()] = value.strip()
-        self._chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
-        length = self.headers.get("content-length", "")
-        self._left: int | None = int(length) if length.isdigit() and not self._chunked else None
-        self._chunk_left = 0  # bytes left in the current chunk (chunked bodies)
-        self._done = False
+        try:
+            head = parse_head(self._read_head())
+        except FramingError as e:
+            raise OSError(f"not an HTTP response: {e}") from None
+        version, status, _ = head.start
+        if not version.startswith("HTTP/") or not status.isdigit():
+            raise OSError(f"not an HTTP response: {version} {status}"[:100])
+        self.status = int(status)
+        self.headers = {k.lower(): v for k, v in head.headers}
+        try:
+            kind, n = response_body_kind(head, "POST")
+        except FramingError as e:
+            raise OSError(f"{e} in the response") from None
+        self._chunks = ChunkedDecoder() if kind == "chunked" else None
+        self._left: int | None = n if kind in ("length", "none") else None  # None: to the close
+        self._done = self._left == 0
 
     # -- socket reads ---------------------------------------------------------------------
     def _recv(self) -> bool:
@@ -79,51 +87,29 @@ class StampedResponse:
 
     def _read_head(self) -> bytes:
         while b"\r\n\r\n" not in self._raw:
-            if len(self._raw) > 65536 or not self._recv():
+            if len(self._raw) > MAX_HEAD_BYTES or not self._recv():
                 raise OSError("the server closed or sent no HTTP head")
         head, _, self._raw = self._raw.partition(b"\r\n\r\n")
-        return head
+        return head + b"\r\n\r\n"
 
-    # -- body decoding --------------------------------------------------------------------
+    # -- body decoding (http1: the recording proxy's framing) ----------------------------
     def _decoded(self) -> bytes:
         """The body bytes now decodable from the raw buffer (b"" when more must be read)."""
-        if not self._chunked:
-            data = self._raw if self._left is None else self._raw[: self._left]
-            self._raw = self._raw[len(data) :]
-            if self._left is not None:
-                self._left -= len(data)
-                self._done = self._left <= 0
-            return data
-        out = []
-        while not self._done:
-            if self._chunk_left > 0:
-                take = self._raw[: self._chunk_left]
-                if not take:
-                    break
-                out.append(take)
-                self._raw = self._raw[len(take) :]
-                self._chunk_left -= len(take)
-                if self._chunk_left == 0:
-                    self._chunk_left = -2  # its CRLF next
-                continue
-            if self._chunk_left == -2:
-                if len(self._raw) < 2:
-                    break
-                self._raw, self._chunk_left = self._raw[2:], 0
-                continue
-            line, sep, rest = self._raw.partition(b"\r\n")
-            if not sep:
-                break
+        raw, self._raw = self._raw, b""
+        if self._chunks is not None:
+            out = bytearray()
             try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise OSError(f"bad chunk size in the response: {line[:40]!r}") from None
-            self._raw = rest
-            if size == 0:
-                self._done = True  # trailers, if any, are not read
-            else:
-                self._chunk_left = size
-        return b"".join(out)
+                self._chunks.feed(raw, out)
+            except FramingError as e:
+                raise OSError(f"{e} in the response") from None
+            self._done = self._chunks.done
+            return bytes(out)
+        if self._left is None:
+            return raw
+        data = raw[: self._left]
+        self._left -= len(data)
+        self._done = self._left <= 0
+        return data
 
     def chunks(self) -> Iterator[tuple[bytes, int]]:
         """The body as it arrives: (bytes, receive stamp of the read that brought them)."""

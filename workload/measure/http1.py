@@ -1,8 +1,9 @@
-"""HTTP/1.1 framing for a forwarding proxy: heads parsed, bodies decoded beside the raw bytes.
+"""HTTP/1.1 framing: heads parsed, bodies decoded beside the raw bytes.
 
-The proxy forwards what it reads as it reads it; these helpers only tell it where a message
-ends (Content-Length, chunked, or the connection's close) and hand back the decoded body for
-the record. Nothing here does I/O.
+The recording proxy (workload.record) forwards what it reads as it reads it; these helpers
+only tell it where a message ends (Content-Length, chunked, or the connection's close) and
+hand back the decoded body for the record. The calibration's kernel-stamped reader
+(workload.sim.stamped) frames its responses with the same pieces. Nothing here does I/O.
 """
 
 from __future__ import annotations
