@@ -230,11 +230,24 @@ def _target(k: int, n: int, target: float) -> str:
     )
 
 
-def block_spread(trials: list[dict], metric: str) -> tuple[float | None, int]:
+def _clean(trial: dict, i: int) -> bool:
+    """Whether neither side's load generator crossed its health thresholds in block ``i``
+    (a block recorded as crossed on one side, or not recorded at all, is not clean)."""
+    crossed = trial.get("generator_crossed") or []
+    return i < len(crossed) and not any(c is None or c for c in crossed[i])
+
+
+def block_spread(
+    trials: list[dict], metric: str, *, clean: bool = False
+) -> tuple[float | None, int]:
     """The per-block change's sd across A/A blocks (about 0: the changes of every A/A block
-    pooled, each block one draw of two instances' difference), and how many blocks."""
+    pooled, each block one draw of two instances' difference), and how many blocks. With
+    ``clean``, only blocks where neither side's load generator was short of CPU."""
     vals = [
-        v for t in trials for v in t["block_changes"].get(metric, [])[WARM_FROM:] if v is not None
+        v
+        for t in trials
+        for i, v in enumerate(t["block_changes"].get(metric, []))
+        if i >= WARM_FROM and v is not None and (not clean or _clean(t, i))
     ]
     if len(vals) < 3:
         return None, len(vals)
@@ -482,15 +495,20 @@ def table_aa_rates(campaign: str = "sim-aa") -> str:
     return "\n".join(keep)
 
 
-def table_spread(campaign: str = "real-1", sim: str | None = "sim-aa") -> str:
+def table_spread(
+    campaign: str = "real-1", sim: str | None = "sim-aa", *, clean: bool = False
+) -> str:
+    """Per-block A/A spread, real against simulated; ``clean``: the real campaign's blocks
+    where neither side's load generator was short of CPU (its summaries record it)."""
     real = [t for t in load(campaign) if t["kind"] == "aa"]
     simt = [t for t in load(sim) if t["kind"] == "aa"] if sim else []
+    which = "clean blocks" if clean else "blocks"
     lines = [
-        "| metric | real A/A: per-block sd (blocks) | as a change | simulator A/A, noise on | ratio sim / real | within 1.5× |",
+        f"| metric | real A/A: per-block sd ({which}) | as a change | simulator A/A, noise on | ratio sim / real | within 1.5× |",
         "|---|---|---|---|---|---|",
     ]
     for m in BLOCK_METRICS:
-        sd, n = block_spread(real, m)
+        sd, n = block_spread(real, m, clean=clean)
         if sd is None:
             continue
         kind = "absolute" if m.endswith("_ratio") else "relative"

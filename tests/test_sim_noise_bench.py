@@ -72,3 +72,27 @@ def test_an_empty_table_is_filled_without_eating_the_text_up_to_the_next_one(mon
         "<!-- table:one -->\nONE\n<!-- /table -->\nkeep me\n"
         "<!-- table:two -->\nTWO\n<!-- /table -->\n"
     )
+
+
+def test_clean_spread_leaves_out_blocks_where_a_load_generator_was_short_of_cpu(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import verdict_tables
+
+    # block 0 is the warm-up; in block 2 the candidate's generator crossed; the second
+    # trial recorded no health at all (an older summary): none of its blocks is clean
+    crossed = [[False, False], [False, False], [False, True], [False, False]]
+    trials = [
+        {"kind": "aa", "block_changes": {"tpot_p95": [9.0, 0.1, 5.0, -0.1]},
+         "generator_crossed": crossed},
+        {"kind": "aa", "block_changes": {"tpot_p95": [0.0, 0.3, 0.3, 0.3]}},
+        {"kind": "aa", "block_changes": {"tpot_p95": [0.0, 0.1, -0.1, 0.1]},
+         "generator_crossed": [[False, False]] * 4},
+    ]  # fmt: skip
+    sd, n = verdict_tables.block_spread(trials, "tpot_p95", clean=True)
+    assert n == 5 and abs(sd - 0.1) < 1e-9
+    sd_all, n_all = verdict_tables.block_spread(trials, "tpot_p95")
+    assert n_all == 9 and sd_all > 1.0  # the crossed block's +500 % is in it
+    monkeypatch.setattr(verdict_tables, "load", lambda campaign: trials)
+    table = verdict_tables.table_spread("real", "sim", clean=True)
+    assert "per-block sd (clean blocks)" in table
+    assert "| tpot_p95 | 0.100 (5) |" in table
