@@ -177,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg_args = dict(file_settings=fs) if fs else {}
     sets = ["instance_noise=true", *args.set]
     changes: dict[str, list[float]] = {m: [] for m in METRICS}
+    # each pair as a trial summary (block_changes from block 0, the warm ones filled), so
+    # verdict_tables.spread_parts splits the spread into instance offset and within-trial
+    trials: list[dict] = []
     for pair in range(args.pairs):
         sides = []
         for side in (0, 1):
@@ -189,11 +192,16 @@ def main(argv: list[str] | None = None) -> int:
                 blocks.append((res, end - t))
                 t = end + args.gap_s
             sides.append(blocks)
+        per: dict[str, list[float | None]] = {m: [None] * args.warm_from for m in METRICS}
         for blk in range(args.warm_from, args.blocks):
             (a, da), (b, db) = sides[0][blk], sides[1][blk]
-            for m, v in block_changes(a, b, (da, db)).items():
+            got = block_changes(a, b, (da, db))
+            for m in METRICS:
+                v = got.get(m)
+                per[m].append(v)
                 if v is not None:
                     changes[m].append(v)
+        trials.append({"kind": "aa", "block_changes": per})
     real = [t for t in verdict_tables.load(args.real) if t["kind"] == "aa"]
     if args.candidate_scenario:
         print(f"{'metric':20} {'median':>8} {'mean':>8} {'sd':>8} {'blocks':>6}  (log change, B/A)")
@@ -203,14 +211,24 @@ def main(argv: list[str] | None = None) -> int:
                 med, mean, sd = statistics.median(v), statistics.fmean(v), statistics.stdev(v)
                 print(f"{m:20} {med:8.3f} {mean:8.3f} {sd:8.3f} {len(v):6d}")
         return 0
-    print(f"{'metric':20} {'sim rms':>8} {'blocks':>6} {'real rms':>8} {'ratio':>6}")
+    print(
+        f"{'metric':20} {'sim rms':>8} {'blocks':>6} {'real rms':>8} {'ratio':>6}"
+        f"  {'offset/within sim':>18} {'real':>14}"
+    )
     for m in METRICS:
         v = changes[m]
         sim = math.sqrt(sum(x * x for x in v) / len(v)) if v else math.nan
         r, _ = verdict_tables.block_spread(real, m)
         ratio = sim / r if r else math.nan
         ok = "" if 1 / 1.5 <= ratio <= 1.5 else "  not within 1.5x"
-        print(f"{m:20} {sim:8.3f} {len(v):6d} {r or math.nan:8.3f} {ratio:6.2f}{ok}")
+        parts = []
+        for ts in (trials, real):
+            sp = verdict_tables.spread_parts(ts, m)
+            parts.append("–" if sp is None else f"{sp[0]:.3f}/{sp[1]:.3f}")
+        print(
+            f"{m:20} {sim:8.3f} {len(v):6d} {r or math.nan:8.3f} {ratio:6.2f}"
+            f"  {parts[0]:>18} {parts[1]:>14}{ok}"
+        )
     return 0
 
 

@@ -523,6 +523,26 @@ def table_spread(
     return "\n".join(lines)
 
 
+PARTS_METRICS = ("ttft_shift", "tpot_shift", "e2e_shift", "tpot_p95", "e2e_p95", "ttft_p50",
+                 "output_throughput", "completed_sessions")  # fmt: skip
+
+
+def table_spread_parts(campaigns: tuple[str, ...]) -> str:
+    """Where each campaign's A/A spread sits: the instance offset (what two instances keep
+    for a whole trial, which more blocks do not average away) and the within-trial
+    per-block sd (spread_parts), per metric; '–' where fewer than 3 trials have 2 blocks."""
+    head = " | ".join(f"`{c}` offset / within" for c in campaigns)
+    lines = [f"| metric | {head} |", "|---|" + "---|" * len(campaigns)]
+    loaded = {c: [t for t in load(c) if t["kind"] == "aa"] for c in campaigns}
+    for m in PARTS_METRICS:
+        cells = []
+        for c in campaigns:
+            r = spread_parts(loaded[c], m)
+            cells.append("–" if r is None else f"{r[0]:.3f} / {r[1]:.3f} ({r[2]})")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def table_sim(campaign: str = "sim-tail", noise: str = "instance noise") -> str:
     trials = load(campaign)
     aa = [t for t in trials if t["kind"] == "aa"]
