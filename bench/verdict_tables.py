@@ -208,7 +208,12 @@ def collect(raw: Path, campaign: str) -> int:
 
 
 def load(campaign: str) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((RESULTS / campaign).glob("*.json"))]
+    """A campaign's per-trial summaries; ``a+b`` pools campaigns of one design."""
+    return [
+        json.loads(p.read_text())
+        for c in campaign.split("+")
+        for p in sorted((RESULTS / c).glob("*.json"))
+    ]
 
 
 def _rate(k: int, n: int) -> str:
@@ -622,6 +627,13 @@ TABLES = {
     "sim-aa-7-spread": lambda: table_spread("real-5", "sim-aa-7"),
     "sim-aa-7-rates": lambda: table_aa_rates("sim-aa-7"),
     "sim-tail-7": lambda: table_sim("sim-tail-7", "instance noise with slow spells"),
+    # real-5's design again, A/A only, on a day its load generator was short of CPU in 6 %
+    # of the block-sides (real-5: 44 %); against it the simulator's A/A of that design
+    "real-7-rates": lambda: table_aa_rates("real-7"),
+    "real-5-7-rates": lambda: table_aa_rates("real-5+real-7"),
+    "real-7-spread": lambda: table_spread("real-7", "sim-aa-7"),
+    "real-7-spread-clean": lambda: table_spread("real-7", "sim-aa-7", clean=True),
+    "spread-parts": lambda: table_spread_parts(("real-5", "real-7", "sim-aa-7")),
     # flag differences real-5 lacked, the same design (2026-12-06, later)
     "real-6-kinds": lambda: table_real("real-6"),
     "real-6-rates": lambda: "\n".join(
