@@ -176,7 +176,6 @@ def main(argv: list[str] | None = None) -> int:
     fs = load_preset_file(args.preset_file) if args.preset_file else None
     cfg_args = dict(file_settings=fs) if fs else {}
     sets = ["instance_noise=true", *args.set]
-    changes: dict[str, list[float]] = {m: [] for m in METRICS}
     # each pair as a trial summary (block_changes from block 0, the warm ones filled), so
     # verdict_tables.spread_parts splits the spread into instance offset and within-trial
     trials: list[dict] = []
@@ -197,11 +196,12 @@ def main(argv: list[str] | None = None) -> int:
             (a, da), (b, db) = sides[0][blk], sides[1][blk]
             got = block_changes(a, b, (da, db))
             for m in METRICS:
-                v = got.get(m)
-                per[m].append(v)
-                if v is not None:
-                    changes[m].append(v)
+                per[m].append(got.get(m))
         trials.append({"kind": "aa", "block_changes": per})
+    # every warm block's change, pooled over the pairs
+    changes = {
+        m: [v for t in trials for v in t["block_changes"][m] if v is not None] for m in METRICS
+    }
     real = [t for t in verdict_tables.load(args.real) if t["kind"] == "aa"]
     if args.candidate_scenario:
         print(f"{'metric':20} {'median':>8} {'mean':>8} {'sd':>8} {'blocks':>6}  (log change, B/A)")
