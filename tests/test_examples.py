@@ -346,13 +346,37 @@ def sim_url():
 def finished_runs(tmp_path_factory: pytest.TempPathFactory, sim_url: str) -> Path:
     """runs/A and runs/B: two short runs for the compare and report examples."""
     root = tmp_path_factory.mktemp("runs")
-    for name, seed in (("A", "1"), ("B", "2")):
-        p = subprocess.run(
-            [sys.executable, "-m", "workload.cli", "run", "--host", sim_url, "--profile", "chat",
-             "--duration", "4s", "--users", "2", "--seed", seed, "--out", str(root / name)],
-            capture_output=True, text=True, timeout=TIMEOUT_S, cwd=REPO,
+    # side by side: every worker waits for this fixture before its first documented command
+    procs = {
+        name: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "workload.cli",
+                "run",
+                "--host",
+                sim_url,
+                "--profile",
+                "chat",
+                "--duration",
+                "4s",
+                "--users",
+                "2",
+                "--seed",
+                seed,
+                "--out",
+                str(root / name),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
         )  # fmt: skip
-        assert (root / name / "run.json").exists(), p.stdout + p.stderr
+        for name, seed in (("A", "1"), ("B", "2"))
+    }
+    for name, proc in procs.items():
+        said, _ = proc.communicate(timeout=TIMEOUT_S)
+        assert (root / name / "run.json").exists(), said
     return root
 
 
