@@ -311,21 +311,40 @@ def test_child_dies_with_its_parent(tmp_path):
     )  # fmt: skip
     assert parent.stdout is not None
     child_pid = int(parent.stdout.readline())
+    started = _start_time(child_pid)
+    assert started is not None and _alive(child_pid, started)
     parent.kill()
     parent.wait(timeout=10)
     parent.stdout.close()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _alive(child_pid):
+    while time.monotonic() < deadline and _alive(child_pid, started):
         time.sleep(0.05)
-    assert not _alive(child_pid), "the child outlived its parent"
+    if _alive(child_pid, started):  # say what outlived it, for a failure seen only under load
+        stat = Path(f"/proc/{child_pid}/stat").read_text(errors="replace")
+        cmd = Path(f"/proc/{child_pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        raise AssertionError(f"the child outlived its parent: {stat.strip()} | {cmd!r}")
 
 
-def _alive(pid: int) -> bool:
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks after boot), or None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"  # a zombie is dead
+            return fh.read().split(")")[-1].split()[19]
+    except FileNotFoundError:
+        return None
+
+
+def _alive(pid: int, started: str | None = None) -> bool:
+    """Whether ``pid`` is a live process (and, given ``started``, still the same one: the
+    suite starts processes fast enough that a freed pid can be another's seconds later)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().split(")")[-1].split()
     except FileNotFoundError:
         return False
+    if started is not None and fields[19] != started:
+        return False  # the pid was reused
+    return fields[0] != "Z"  # a zombie is dead
 
 
 def test_require_slo_samples_is_a_run_option():
