@@ -19,28 +19,22 @@ of bench_real_canary.py or bench_sim_canary.py; not committed).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
-Key = tuple[str, int, int]
+from verdict_tables import _raw_trials, _rows  # bench/ is on the path: its own directory
+
+Key = tuple[str, int]
 
 
 def _requests(block: Path) -> dict[Key, tuple[int, int]]:
-    """(session, step, attempt) -> (prompt tokens, cached tokens) of the block's answered requests."""
-    out: dict[Key, tuple[int, int]] = {}
-    for f in sorted(block.glob("requests*.jsonl")):
-        for line in f.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            if r.get("status") != "ok" or not r.get("prompt_tokens"):
-                continue
-            key = (str(r.get("session_id")), int(r.get("step") or 0), int(r.get("attempt") or 0))
-            out[key] = (int(r["prompt_tokens"]), int(r.get("cached_tokens") or 0))
-    return out
+    """(session, step) -> (prompt tokens, cached tokens) of the block's answered requests."""
+    return {
+        k: (int(r["prompt_tokens"]), int(r.get("cached_tokens") or 0))
+        for k, r in _rows(block).items()
+        if r.get("prompt_tokens")
+    }
 
 
 def _ratio(rows: list[tuple[int, int]]) -> float | None:
@@ -51,12 +45,12 @@ def _ratio(rows: list[tuple[int, int]]) -> float | None:
 def block_parts(a: dict[Key, tuple[int, int]], b: dict[Key, tuple[int, int]]) -> dict | None:
     """One block's cached-ratio change (B − A, in ratio points) and its two parts."""
     ra, rb = _ratio(list(a.values())), _ratio(list(b.values()))
-    common = a.keys() & b.keys()
+    common, one_side = a.keys() & b.keys(), a.keys() ^ b.keys()
     ca = _ratio([a[k] for k in common])
     cb = _ratio([b[k] for k in common])
     if ra is None or rb is None or ca is None or cb is None:
         return None
-    only = [a[k] for k in a.keys() - common] + [b[k] for k in b.keys() - common]
+    only = [a[k] if k in a else b[k] for k in one_side]
     return {
         "change": rb - ra,
         "same_requests": cb - ca,  # the prefix cache's part
@@ -67,16 +61,14 @@ def block_parts(a: dict[Key, tuple[int, int]], b: dict[Key, tuple[int, int]]) ->
         "paired": len(common),
         "ratio_common": (ca + cb) / 2,
         "ratio_unpaired": _ratio(only),
-        "first_turn_share_unpaired": (
-            sum(1 for k in (a.keys() ^ b.keys()) if k[1] <= 1) / max(1, len(a.keys() ^ b.keys()))
-        ),
+        "first_turn_share_unpaired": sum(k[1] <= 1 for k in one_side) / max(1, len(one_side)),
     }
 
 
 def campaign(dirs: list[Path]) -> list[dict]:
     out = []
     for raw in dirs:
-        for tdir in sorted(raw.glob("trial-*")):
+        for tdir, _ in _raw_trials(raw):
             base, cand = tdir / "canary" / "baseline", tdir / "canary" / "candidate"
             for blk in sorted(p.name for p in base.glob("block-*") if p.is_dir()):
                 if not (cand / blk).is_dir():

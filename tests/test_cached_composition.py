@@ -42,8 +42,8 @@ def _write(block: Path, rows: list[tuple[str, int, int, int]]) -> None:
 
 
 def test_the_same_requests_with_the_same_hits_leave_only_the_composition(cc):
-    a = {("s1", 1, 0): (500, 384), ("s1", 2, 0): (1000, 896)}
-    b = {**a, ("s1", 3, 0): (1500, 1408)}  # B got one turn further
+    a = {("s1", 1): (500, 384), ("s1", 2): (1000, 896)}
+    b = {**a, ("s1", 3): (1500, 1408)}  # B got one turn further
     parts = cc.block_parts(a, b)
     assert parts["same_requests"] == 0
     assert parts["composition"] == pytest.approx(parts["change"])
@@ -53,8 +53,8 @@ def test_the_same_requests_with_the_same_hits_leave_only_the_composition(cc):
 
 
 def test_a_paired_request_with_other_hits_is_the_prefix_caches_part(cc):
-    a = {("s1", 1, 0): (500, 384), ("s2", 1, 0): (500, 384)}
-    b = {("s1", 1, 0): (500, 0), ("s2", 1, 0): (500, 384)}
+    a = {("s1", 1): (500, 384), ("s2", 1): (500, 384)}
+    b = {("s1", 1): (500, 0), ("s2", 1): (500, 384)}
     parts = cc.block_parts(a, b)
     assert parts["same_requests"] == pytest.approx(-384 / 1000)
     assert parts["composition"] == pytest.approx(0)
@@ -64,6 +64,9 @@ def test_a_paired_request_with_other_hits_is_the_prefix_caches_part(cc):
 def test_a_raw_campaign_is_read_block_by_block_and_summarised(cc, tmp_path, capsys):
     for t in range(2):
         base = tmp_path / "raw" / f"trial-00{t}-aa" / "canary"
+        base.mkdir(parents=True)
+        (base / "comparison.json").write_text("{}")  # a finished trial, as the benches leave it
+        (base.parent / "trial.json").write_text("{}")
         for blk in range(2):
             _write(base / "baseline" / f"block-{blk}", [("s", 1, 500, 384), ("s", 2, 900, 768)])
             _write(base / "candidate" / f"block-{blk}", [("s", 1, 500, 384)])
