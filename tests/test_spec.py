@@ -325,26 +325,26 @@ def test_child_dies_with_its_parent(tmp_path):
         raise AssertionError(f"the child outlived its parent: {stat.strip()} | {cmd!r}")
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time (clock ticks after boot), or None when it is gone."""
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state first), or None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[19]
+            return fh.read().split(")")[-1].split()
     except FileNotFoundError:
         return None
 
 
-def _alive(pid: int, started: str | None = None) -> bool:
-    """Whether ``pid`` is a live process (and, given ``started``, still the same one: the
-    suite starts processes fast enough that a freed pid can be another's seconds later)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().split(")")[-1].split()
-    except FileNotFoundError:
-        return False
-    if started is not None and fields[19] != started:
-        return False  # the pid was reused
-    return fields[0] != "Z"  # a zombie is dead
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks after boot), or None when it is gone."""
+    fields = _stat(pid)
+    return fields[19] if fields else None
+
+
+def _alive(pid: int, started: str) -> bool:
+    """Whether ``pid`` is a live process and still the one that started at ``started``: the
+    suite starts processes fast enough that a freed pid can be another's seconds later."""
+    fields = _stat(pid)
+    return fields is not None and fields[19] == started and fields[0] != "Z"  # a zombie is dead
 
 
 def test_require_slo_samples_is_a_run_option():
