@@ -90,12 +90,18 @@ def send_chunk(conn: socket.socket, data: bytes) -> None:
     conn.sendall(b"%x\r\n%s\r\n" % (len(data), data))
 
 
-def streaming(content_delay_s: float, *, done=True, then: str = "end"):
+def streaming(content_delay_s: float, *, done=True, then: str = "end", sent=None):
+    """``sent``: a dict that gets the server thread's perf_counter before and after the
+    content's send and after the last one ("content_before", "content_after", "end_after")."""
+    sent = {} if sent is None else sent
+
     def handler(conn, head):
         conn.sendall(SSE_HEAD)
         send_chunk(conn, sse(ROLE))
         time.sleep(content_delay_s)
+        sent["content_before"] = time.perf_counter()
         send_chunk(conn, sse(chunk({"content": "hi"})))
+        sent["content_after"] = time.perf_counter()
         if then == "stall":
             time.sleep(1.0)
             return False
@@ -110,6 +116,7 @@ def streaming(content_delay_s: float, *, done=True, then: str = "end"):
         if done:
             send_chunk(conn, sse("[DONE]"))
         conn.sendall(b"0\r\n\r\n")
+        sent["end_after"] = time.perf_counter()
         return True
 
     return handler
@@ -421,23 +428,7 @@ def test_real_busy_generator_still_stamps_when_the_bytes_arrived(server_factory)
     import gevent
 
     sent: dict[str, float] = {}  # perf_counter around the server's sends (its own thread)
-
-    def handler(conn, head):
-        conn.sendall(SSE_HEAD)
-        send_chunk(conn, sse(ROLE))
-        time.sleep(0.2)
-        sent["content_before"] = time.perf_counter()
-        send_chunk(conn, sse(chunk({"content": "hi"})))
-        sent["content_after"] = time.perf_counter()
-        time.sleep(0.01)
-        send_chunk(conn, sse(chunk({"content": " there"}, finish="stop")))
-        send_chunk(conn, sse(final_chunk()))
-        send_chunk(conn, sse("[DONE]"))
-        conn.sendall(b"0\r\n\r\n")
-        sent["end_after"] = time.perf_counter()
-        return True
-
-    srv = server_factory(handler)
+    srv = server_factory(streaming(0.2, sent=sent))
     client = Client(srv.url)
     assert tr.read_stamps(srv.url) == "kernel"
     assert tr.read_stamps("https://127.0.0.1:1") == "user"
