@@ -374,9 +374,14 @@ def finished_runs(tmp_path_factory: pytest.TempPathFactory, sim_url: str) -> Pat
         )  # fmt: skip
         for name, seed in (("A", "1"), ("B", "2"))
     }
-    for name, proc in procs.items():
-        said, _ = proc.communicate(timeout=TIMEOUT_S)
-        assert (root / name / "run.json").exists(), said
+    try:
+        for name, proc in procs.items():
+            said, _ = proc.communicate(timeout=TIMEOUT_S)
+            assert (root / name / "run.json").exists(), said
+    finally:  # a timeout leaves none running (subprocess.run's own kill)
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
     return root
 
 
