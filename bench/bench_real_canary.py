@@ -33,6 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _stop_at import next_utc  # noqa: E402
+
 from tests.vllm.server import VllmServer, setup_problem  # noqa: E402
 
 # kind -> (flags removed from the baseline command, flags added, extra env)
@@ -186,9 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stop = None
     if args.stop_at:
-        h, m = map(int, args.stop_at.split(":"))
-        now = dt.datetime.now(dt.UTC)
-        stop = now.replace(hour=h, minute=m, second=0, microsecond=0)
+        stop = next_utc(args.stop_at)
     args.out.mkdir(parents=True, exist_ok=True)
     i, n_srv = args.first, 0
     base = start_server(args.out, f"s{n_srv:02d}-baseline", "aa")

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
+from _stop_at import next_utc
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -140,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = [(args.first + i, kinds[i % len(kinds)]) for i in range(args.trials * len(kinds))]
     stop = None
     if args.stop_at:
-        h, m = map(int, args.stop_at.split(":"))
-        stop = dt.datetime.now(dt.UTC).replace(hour=h, minute=m, second=0, microsecond=0)
+        stop = next_utc(args.stop_at)
     args.out.mkdir(parents=True, exist_ok=True)
     derived_preset(args)
 
