@@ -688,14 +688,31 @@ def render(name: str) -> str:
 
 
 def rewrite(text: str) -> str:
+    """The page with every table between its markers rebuilt. A marker that names no table
+    of TABLES, or has no `<!-- /table -->` line after it, stops with one line saying which
+    (it used to be left as it was, so its table silently went stale)."""
+    names = re.findall(r"<!-- table:(.*?) -->", text)
+    unknown = sorted({n for n in names if n not in TABLES})
+    if unknown:
+        raise SystemExit(
+            f"{DOC.name}: no table named {', '.join(unknown)} (a marker `<!-- table:NAME -->` "
+            "names a key of TABLES in bench/verdict_tables.py)"
+        )
+
     def sub(m: re.Match[str]) -> str:
         return f"{m.group(1)}\n{render(m.group(2))}\n{m.group(3)}"
 
     # (?:.*?\n)? : an empty table (the markers on two lines) is a table too, not a run to
     # the next table's end marker
-    return re.sub(
+    new, count = re.subn(
         r"(<!-- table:([a-z0-9-]+) -->)\n(?:.*?\n)??(<!-- /table -->)", sub, text, flags=re.S
     )
+    if count != len(names) or text.count("<!-- /table -->") != len(names):
+        raise SystemExit(
+            f"{DOC.name}: {len(names)} `<!-- table:NAME -->` markers but {count} tables closed "
+            "by a `<!-- /table -->` line: each table sits between its two marker lines"
+        )
+    return new
 
 
 def main(argv: list[str] | None = None) -> int:
