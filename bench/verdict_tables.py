@@ -659,14 +659,24 @@ TABLES = {
     "real-5-7-rates": lambda: table_aa_rates("real-5+real-7"),
     "real-7-spread": lambda: table_spread("real-7", "sim-aa-7"),
     "real-7-spread-clean": lambda: table_spread("real-7", "sim-aa-7", clean=True),
-    "spread-parts": lambda: table_spread_parts(("real-5", "real-7", "sim-aa-7", "sim-aa-8")),
+    "spread-parts": lambda: table_spread_parts(
+        ("real-5", "real-7", "sim-aa-7", "sim-aa-8", "sim-aa-9")
+    ),
     # the same A/A on the twin calibrated the day real-7 ran (2026-12-07, slower steps): a
     # block holds about as many requests as real-7's, which is what the cached ratio's
     # spread follows (bench/cached_composition.py)
     "sim-aa-8-spread": lambda: table_spread("real-7", "sim-aa-8"),
     "sim-aa-8-rates": lambda: table_aa_rates("sim-aa-8"),
+    # the same on that twin with the drift sized to real-7's spread on the virtual clock
+    # (bench_sim_noise.py --real real-7), 2026-12-07 night: first noise_drift_sigma 0.10
+    # (6 trials, stopped: its 15 s drift put too much in the instance offset), then 0.12 with
+    # noise_drift_tau_s 5
+    "sim-aa-9a-spread": lambda: table_spread("real-7", "sim-aa-9a"),
+    "sim-aa-9a-rates": lambda: table_aa_rates("sim-aa-9a"),
+    "sim-aa-9-spread": lambda: table_spread("real-7", "sim-aa-9"),
+    "sim-aa-9-rates": lambda: table_aa_rates("sim-aa-9"),
     "cached-per-request": lambda: table_cached_per_request(
-        ("real-5", "real-7", "sim-aa-7", "sim-aa-8")
+        ("real-5", "real-7", "sim-aa-7", "sim-aa-8", "sim-aa-9")
     ),
     # flag differences real-5 lacked, the same design (2026-12-06, later)
     "real-6-kinds": lambda: table_real("real-6"),
