@@ -574,6 +574,62 @@ def table_cached_per_request(campaigns: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+def rejudged_with_offset(trial: dict, offset: dict[str, float]) -> set[str]:
+    """The directions ("worse", "better") a trial's gated rows still take when each row
+    judged across blocks gets an instance-offset term: its standard error becomes
+    √(se² + offset²), `offset` being what two instances keep for a whole canary (a measured
+    A/A campaign's spread_parts). An offline estimate from the summary: each row's t
+    quantile is read back from its stored interval and its blocks' standard error (4 blocks:
+    nothing trimmed); rows judged otherwise (the paired shifts) keep their verdicts."""
+    out = set()
+    for r in trial["judged"]["gated"]:
+        if r["verdict"] not in ("worse", "better"):
+            continue
+        bc = [v for v in trial["block_changes"].get(r["metric"], []) if v is not None]
+        if r["method"] != "blocks" or r["metric"] not in offset or len(bc) < 2:
+            out.add(r["verdict"])
+            continue
+        rel = not r["metric"].endswith("_ratio")
+        lo, hi = (math.log1p(x) if rel else x for x in r["ci"])
+        centre, half = (lo + hi) / 2, (hi - lo) / 2
+        se = statistics.stdev(bc) / math.sqrt(len(bc))
+        if se <= 0:
+            out.add(r["verdict"])
+            continue
+        wide = half / se * math.sqrt(se**2 + offset[r["metric"]] ** 2)
+        if centre - wide > 0 or centre + wide < 0:  # the interval still excludes no change
+            out.add(r["verdict"])
+    return out
+
+
+def table_offset_term(campaigns: tuple[str, ...], ref: str = "real-7") -> str:
+    """What an instance-offset term in the across-block interval would have done to each
+    campaign's calls (an estimate, rejudged_with_offset; the offset sizes from `ref`)."""
+    aa_ref = [t for t in load(ref) if t["kind"] == "aa"]
+    offset = {}
+    for m in BLOCK_METRICS:
+        parts = spread_parts(aa_ref, m)
+        if parts is not None:
+            offset[m] = parts[0]
+    lines = [
+        "| campaign | trials | called worse or mixed: as judged | with the offset term | "
+        "called better: as judged | with the offset term |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in campaigns:
+        for kind in sorted({t["kind"] for t in load(c)}):
+            ts = [t for t in load(c) if t["kind"] == kind]
+            worse = [t for t in ts if t["judged"]["verdict"] in FAILS]
+            better = [t for t in ts if t["judged"]["verdict"] == "better"]
+            # a mixed verdict stays worse-or-mixed while any worse row is left
+            w2 = sum("worse" in rejudged_with_offset(t, offset) for t in worse)
+            b2 = sum("better" in rejudged_with_offset(t, offset) for t in better)
+            lines.append(
+                f"| `{c}` {kind} | {len(ts)} | {len(worse)} | {w2} | {len(better)} | {b2} |"
+            )
+    return "\n".join(lines)
+
+
 def table_sim(campaign: str = "sim-tail", noise: str = "instance noise") -> str:
     trials = load(campaign)
     aa = [t for t in trials if t["kind"] == "aa"]
@@ -675,6 +731,21 @@ TABLES = {
     "sim-aa-9a-rates": lambda: table_aa_rates("sim-aa-9a"),
     "sim-aa-9-spread": lambda: table_spread("real-7", "sim-aa-9"),
     "sim-aa-9-rates": lambda: table_aa_rates("sim-aa-9"),
+    # the tail trade-off against that noise: the 2026-12-07 twin capped at 4 sequences
+    "sim-tail-9": lambda: table_sim("sim-tail-9", "the drift sized for the 2026-12-07 twin"),
+    # an instance-offset term in the across-block interval, estimated offline (not the verdict)
+    "offset-term": lambda: table_offset_term(
+        (
+            "real-7",
+            "real-5",
+            "real-6",
+            "sim-aa-7",
+            "sim-aa-9a",
+            "sim-aa-9",
+            "sim-tail-7",
+            "sim-tail-9",
+        )
+    ),
     "cached-per-request": lambda: table_cached_per_request(
         ("real-5", "real-7", "sim-aa-7", "sim-aa-8", "sim-aa-9")
     ),
