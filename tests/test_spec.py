@@ -292,12 +292,18 @@ def test_stop_child_interrupts_then_kills():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
-def test_child_dies_with_its_parent(tmp_path):
-    """A parent killed with SIGKILL (no cleanup runs) still takes its child down."""
+@pytest.mark.parametrize("parent_ignores_stops", [False, True])
+def test_child_dies_with_its_parent(tmp_path, parent_ignores_stops):
+    """A parent killed with SIGKILL (no cleanup runs) still takes its child down, also when
+    the parent ignored its stop signals when it started the child (`ignore_stops`, a run
+    that is over): SIG_IGN is inherited across exec, and the child once outlived its parent
+    so (the suite's workers had run such a parent in-process)."""
+    ignore = "ignore_stops()" if parent_ignores_stops else ""
     parent_code = textwrap.dedent(
-        """
+        f"""
         import subprocess, sys, time
-        from workload.stopping import die_with_parent
+        from workload.stopping import die_with_parent, ignore_stops
+        {ignore}
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                                  preexec_fn=die_with_parent())
         print(child.pid, flush=True)

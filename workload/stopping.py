@@ -149,32 +149,47 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
 
     Without it a parent killed by SIGKILL (a CI runner timing out) leaves its
     Locust child running load against the target.
+
+    The child also gets `sig` back at its default action before it executes: a disposition
+    of SIG_IGN is inherited across fork and exec, and a parent whose run is over ignores
+    its stop signals (`ignore_stops`), so a child started after that would ignore the very
+    signal meant to end it and outlive its parent (seen in the test suite, whose workers
+    had run such a parent in-process). A child that wants a handler installs its own.
     """
-    if not sys.platform.startswith("linux"):
+    libc = _libc()
+    if libc is None:
         return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
+    prctl, set_handler = libc.prctl, libc.signal
+    set_handler.argtypes = (ctypes.c_int, ctypes.c_void_p)
+    set_handler.restype = ctypes.c_void_p
 
     def _preexec() -> None:
+        set_handler(int(sig), None)  # SIG_DFL
         prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
     return _preexec
 
 
+def _libc() -> ctypes.CDLL | None:
+    """The C library where PR_SET_PDEATHSIG exists (Linux); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl, libc.signal  # noqa: B018 - both must exist
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
 def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:
     """Ask Linux to send `sig` to this process when its parent dies (a forked Locust worker
-    whose master was killed); False where that is not available."""
-    fn = die_with_parent(sig)
-    if fn is None:
+    whose master was killed); False where that is not available. This process's own
+    handlers stay as they are (it installs its own)."""
+    libc = _libc()
+    if libc is None:
         return False
-    try:
-        fn()
-    except OSError:
-        return False
-    return True
+    return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
 
 
 def stop_child(
