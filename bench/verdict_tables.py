@@ -617,8 +617,9 @@ def table_offset_term(campaigns: tuple[str, ...], ref: str = "real-7") -> str:
         "|---|---|---|---|---|---|",
     ]
     for c in campaigns:
-        for kind in sorted({t["kind"] for t in load(c)}):
-            ts = [t for t in load(c) if t["kind"] == kind]
+        trials = load(c)
+        for kind in sorted({t["kind"] for t in trials}):
+            ts = [t for t in trials if t["kind"] == kind]
             worse = [t for t in ts if t["judged"]["verdict"] in FAILS]
             better = [t for t in ts if t["judged"]["verdict"] == "better"]
             # a mixed verdict stays worse-or-mixed while any worse row is left
